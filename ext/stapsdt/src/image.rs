@@ -1,0 +1,463 @@
+//! Putting generated images into this process, growing them, taking them out.
+//!
+//! An image is a real file in a private stub directory (see [`crate::stub_dir`])
+//! or, when no directory is usable, a memfd. While a provider is loaded its
+//! file stays on disk: newer bpftrace ignores mappings of deleted files.
+//!
+//! Growing a loaded image rewrites its file in place when only this process
+//! maps it: probes keep their offsets (see [`crate::elf`]) and the kernel
+//! re-installs attached uprobes, and re-raises their semaphores, when the
+//! same inode is mapped again, so a running tracer does not miss a call.
+//! After a fork a child may map the file too, and rewriting it under the
+//! child is not safe, so the image is then written to a fresh file instead.
+
+use crate::arch::Arch;
+use crate::elf::{self, BuildError, ImageSpec, Layout};
+use crate::site::ProbeSite;
+use crate::stub_dir::{Candidate, StubDir, StubFileName};
+use crate::sys::{self, Library};
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// A place an image could not go to, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Skipped {
+    pub location: String,
+    pub reason: String,
+}
+
+impl fmt::Display for Skipped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.location, self.reason)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LoadError {
+    Build(BuildError),
+    Unsupported,
+    NowhereToLoad {
+        provider: String,
+        tried: Vec<Skipped>,
+    },
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoadError::Build(err) => err.fmt(f),
+            LoadError::Unsupported => write!(
+                f,
+                "USDT probes are supported on Linux x86-64 and aarch64 only"
+            ),
+            LoadError::NowhereToLoad { provider, tried } => {
+                write!(
+                    f,
+                    "could not load the probes of provider {provider:?}; tried "
+                )?;
+                for (index, skipped) in tried.iter().enumerate() {
+                    let separator = if index == 0 { "" } else { "; " };
+                    write!(f, "{separator}{skipped}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+impl From<BuildError> for LoadError {
+    fn from(err: BuildError) -> LoadError {
+        LoadError::Build(err)
+    }
+}
+
+/// Where the image's bytes live.
+#[derive(Debug)]
+enum Backing {
+    Stub { dir: PathBuf, name: String },
+    Memfd,
+}
+
+/// A file this process created, to be removed when it exits.
+struct OwnedFile {
+    path: PathBuf,
+    creator: libc::pid_t,
+}
+
+/// Every stub file created by this process (or, after a fork, by its
+/// ancestors: the creator is recorded so a child never removes those).
+static OWNED_FILES: Mutex<Vec<OwnedFile>> = Mutex::new(Vec::new());
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+fn owned_files() -> std::sync::MutexGuard<'static, Vec<OwnedFile>> {
+    OWNED_FILES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Removes every stub file this process created and still has. Meant for
+/// process exit: mappings stay valid, only the names go.
+pub fn remove_files_at_exit() -> usize {
+    let pid = sys::current_pid();
+    let mut files = owned_files();
+    let mut removed = 0;
+    files.retain(|file| {
+        if file.creator != pid {
+            return true;
+        }
+        removed += usize::from(std::fs::remove_file(&file.path).is_ok());
+        false
+    });
+    removed
+}
+
+/// The page size images are generated for: this machine's.
+pub fn host_page_size() -> u64 {
+    sys::page_size()
+}
+
+/// A provider's image, loaded into this process.
+#[derive(Debug)]
+pub struct LoadedImage {
+    library: Library,
+    file: File,
+    backing: Backing,
+    len: u64,
+    base: usize,
+    layout: Layout,
+    creator: libc::pid_t,
+    forks_at_load: u64,
+}
+
+/// An image replaced by a grown one: what became of it.
+pub enum Reloaded {
+    /// Same file, rewritten: attached tracers keep their probes.
+    InPlace(LoadedImage),
+    /// A new file; tracers attached to the old one must attach again.
+    NewFile {
+        image: LoadedImage,
+        skipped: Vec<Skipped>,
+    },
+}
+
+/// A reload that did not happen. `previous` is the old image if it is still
+/// loaded, or `None` if it had already been taken out.
+pub struct ReloadError {
+    pub error: LoadError,
+    pub previous: Option<Box<LoadedImage>>,
+}
+
+impl LoadedImage {
+    /// Generates the image for `spec` and loads it from the first usable
+    /// stub directory of `candidates`, or else a memfd. `skipped` lists the
+    /// places passed over on the way, for a warning.
+    pub fn load(
+        spec: &ImageSpec<'_>,
+        candidates: &[Candidate],
+    ) -> Result<(LoadedImage, Vec<Skipped>), LoadError> {
+        let image = build_for_host(spec)?;
+        place(spec.provider, &image, candidates)
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Where probe `index` is in this process.
+    pub fn site(&self, index: usize) -> ProbeSite {
+        assert!(
+            index < self.layout.probe_count(),
+            "probe {index} is not in this image"
+        );
+        ProbeSite {
+            stub: self.base + self.layout.stub_address(index) as usize,
+            semaphore: self.base + self.layout.semaphore_address(index) as usize,
+        }
+    }
+
+    /// The file a tracer can name (`usdt:PATH:provider:probe`).
+    pub fn path(&self) -> PathBuf {
+        match &self.backing {
+            Backing::Stub { dir, name } => dir.join(name),
+            Backing::Memfd => PathBuf::from(format!(
+                "/proc/{}/fd/{}",
+                sys::current_pid(),
+                self.file.as_raw_fd()
+            )),
+        }
+    }
+
+    pub fn is_memfd(&self) -> bool {
+        matches!(self.backing, Backing::Memfd)
+    }
+
+    /// Size of the image, in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether this process created the file (it was not inherited through fork).
+    pub fn created_here(&self) -> bool {
+        self.creator == sys::current_pid()
+    }
+
+    /// Whether a child forked since the load may map the file as well.
+    fn maybe_shared(&self) -> bool {
+        sys::forks_so_far() != self.forks_at_load
+    }
+
+    /// Replaces the image by the one for `spec`, which must extend the
+    /// current one: same probes in the same order, possibly more after them.
+    ///
+    /// # Safety
+    /// No thread may be executing a stub of this image, and no [`ProbeSite`]
+    /// of it may be used once this returns: the old mapping may be gone.
+    pub unsafe fn reload(
+        self,
+        spec: &ImageSpec<'_>,
+        candidates: &[Candidate],
+    ) -> Result<Reloaded, ReloadError> {
+        let image = match build_for_host(spec) {
+            Ok(image) => image,
+            Err(error) => {
+                return Err(ReloadError {
+                    error,
+                    previous: Some(Box::new(self)),
+                })
+            }
+        };
+        assert!(
+            image.layout.probe_count() >= self.layout.probe_count(),
+            "images only grow"
+        );
+        let new_len = image.bytes.len() as u64;
+        let in_place = self.created_here()
+            && !self.maybe_shared()
+            && new_len >= self.len
+            && sys::allocate(&self.file, new_len).is_ok();
+        if !in_place {
+            return match place(spec.provider, &image, candidates) {
+                Ok((image, skipped)) => {
+                    // SAFETY: the caller's guarantee.
+                    unsafe { self.unload() };
+                    Ok(Reloaded::NewFile { image, skipped })
+                }
+                Err(error) => Err(ReloadError {
+                    error,
+                    previous: Some(Box::new(self)),
+                }),
+            };
+        }
+        let LoadedImage {
+            library,
+            file,
+            backing,
+            creator,
+            forks_at_load,
+            ..
+        } = self;
+        // SAFETY: the caller's guarantee. The object must be unmapped before
+        // it is opened again, or the loader would hand back the old mapping.
+        unsafe { library.close() };
+        let path = backing_path(&backing, &file);
+        let reopened = file
+            .write_all_at(&image.bytes, 0)
+            .map_err(|err| format!("cannot rewrite it ({err})"))
+            .and_then(|()| {
+                Library::open(&path).map_err(|err| format!("cannot load it again ({err})"))
+            });
+        match reopened {
+            Ok(library) => Ok(Reloaded::InPlace(LoadedImage {
+                base: library.base(),
+                library,
+                file,
+                backing,
+                len: new_len,
+                layout: image.layout,
+                creator,
+                forks_at_load,
+            })),
+            Err(reason) => {
+                discard(&backing);
+                // The rewrite failed half way; a fresh file elsewhere may still work.
+                match place(spec.provider, &image, candidates) {
+                    Ok((image, skipped)) => Ok(Reloaded::NewFile { image, skipped }),
+                    Err(LoadError::NowhereToLoad {
+                        provider,
+                        mut tried,
+                    }) => {
+                        tried.insert(
+                            0,
+                            Skipped {
+                                location: path.display().to_string(),
+                                reason,
+                            },
+                        );
+                        Err(ReloadError {
+                            error: LoadError::NowhereToLoad { provider, tried },
+                            previous: None,
+                        })
+                    }
+                    Err(error) => Err(ReloadError {
+                        error,
+                        previous: None,
+                    }),
+                }
+            }
+        }
+    }
+
+    /// Takes the image out of this process. Its file is removed if this
+    /// process created it and no child can be using it; otherwise it stays
+    /// until the creator exits.
+    ///
+    /// # Safety
+    /// As for [`LoadedImage::reload`].
+    pub unsafe fn unload(self) {
+        let removable = self.created_here() && !self.maybe_shared();
+        // SAFETY: the caller's guarantee.
+        unsafe { self.library.close() };
+        if removable {
+            discard(&self.backing);
+        }
+    }
+}
+
+fn build_for_host(spec: &ImageSpec<'_>) -> Result<elf::Image, LoadError> {
+    if Arch::host() != Some(spec.arch) {
+        return Err(LoadError::Unsupported);
+    }
+    Ok(elf::build(spec)?)
+}
+
+fn backing_path(backing: &Backing, file: &File) -> PathBuf {
+    match backing {
+        Backing::Stub { dir, name } => dir.join(name),
+        Backing::Memfd => PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd())),
+    }
+}
+
+/// Removes a stub file this process created and forgets it.
+fn discard(backing: &Backing) {
+    if let Backing::Stub { dir, name } = backing {
+        let path = dir.join(name);
+        // The directory is private to this user, so the name still leads to
+        // our file; if it is already gone there is nothing left to do.
+        let _ = std::fs::remove_file(&path);
+        owned_files().retain(|file| file.path != path);
+    }
+}
+
+/// Tries each stub directory in turn, then a memfd.
+fn place(
+    provider: &str,
+    image: &elf::Image,
+    candidates: &[Candidate],
+) -> Result<(LoadedImage, Vec<Skipped>), LoadError> {
+    let mut skipped = Vec::new();
+    for candidate in candidates {
+        let location = candidate.path.display().to_string();
+        let placed = StubDir::open(&candidate.path).and_then(|dir| {
+            dir.sweep_once();
+            place_in_dir(&dir, provider, image)
+        });
+        match placed {
+            Ok(loaded) => return Ok((loaded, skipped)),
+            Err(reason) => skipped.push(Skipped {
+                location: format!("{location} ({})", candidate.origin),
+                reason,
+            }),
+        }
+    }
+    match place_in_memfd(provider, image) {
+        Ok(loaded) => Ok((loaded, skipped)),
+        Err(reason) => {
+            skipped.push(Skipped {
+                location: "memfd".to_owned(),
+                reason,
+            });
+            Err(LoadError::NowhereToLoad {
+                provider: provider.to_owned(),
+                tried: skipped,
+            })
+        }
+    }
+}
+
+fn place_in_dir(dir: &StubDir, provider: &str, image: &elf::Image) -> Result<LoadedImage, String> {
+    let pid = sys::current_pid();
+    let name = StubFileName {
+        provider: provider.to_owned(),
+        pid,
+        generation: GENERATION.fetch_add(1, Ordering::Relaxed),
+    }
+    .to_string();
+    let path = dir.path().join(&name);
+    let file = match dir.create(&name) {
+        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
+            // Our pid and generation, but not our file: left by an earlier
+            // process that had the same pid. It is stale.
+            dir.remove(&name)
+                .map_err(|err| format!("cannot remove stale {name} ({err})"))?;
+            dir.create(&name)
+        }
+        other => other,
+    }
+    .map_err(|err| format!("cannot create a file in it ({err})"))?;
+    owned_files().push(OwnedFile {
+        path: path.clone(),
+        creator: pid,
+    });
+    let backing = Backing::Stub {
+        dir: dir.path().to_owned(),
+        name,
+    };
+    let loaded = file
+        .write_all_at(&image.bytes, 0)
+        .map_err(|err| format!("cannot write to it ({err})"))
+        .and_then(|()| {
+            Library::open(&path).map_err(|err| format!("cannot load a file from it ({err})"))
+        });
+    match loaded {
+        Ok(library) => Ok(loaded_image(library, file, backing, image)),
+        Err(reason) => {
+            discard(&backing);
+            Err(reason)
+        }
+    }
+}
+
+fn place_in_memfd(provider: &str, image: &elf::Image) -> Result<LoadedImage, String> {
+    let file = sys::memfd(&format!("static_tracing:{provider}"))
+        .map_err(|err| format!("cannot create one ({err})"))?;
+    file.write_all_at(&image.bytes, 0)
+        .map_err(|err| format!("cannot write to it ({err})"))?;
+    let library = Library::open(&backing_path(&Backing::Memfd, &file))
+        .map_err(|err| format!("cannot load it ({err})"))?;
+    Ok(loaded_image(library, file, Backing::Memfd, image))
+}
+
+fn loaded_image(library: Library, file: File, backing: Backing, image: &elf::Image) -> LoadedImage {
+    LoadedImage {
+        base: library.base(),
+        library,
+        file,
+        backing,
+        len: image.bytes.len() as u64,
+        layout: image.layout,
+        creator: sys::current_pid(),
+        forks_at_load: sys::forks_so_far(),
+    }
+}

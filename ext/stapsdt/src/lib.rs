@@ -1,0 +1,26 @@
+//! Runtime-defined SystemTap SDT (USDT) probes for Linux.
+//!
+//! A process describes a *provider* and its *probes*; [`elf::build`] writes a
+//! small shared object with one `nop; ret` stub, one semaphore and one
+//! `.note.stapsdt` note a probe; [`image::LoadedImage`] writes it to a private
+//! directory and `dlopen`s it. Calling a stub with arguments in registers
+//! "fires" the probe: a tracer (bpftrace, bcc, perf) that attached a uprobe
+//! to the stub's `nop` reads them.
+//!
+//! Nothing here knows about Ruby.
+
+pub mod arch;
+pub mod elf;
+#[cfg(target_os = "linux")]
+pub mod image;
+pub mod names;
+pub mod probe;
+#[cfg(target_os = "linux")]
+pub mod site;
+#[cfg(target_os = "linux")]
+pub mod stub_dir;
+#[cfg(target_os = "linux")]
+mod sys;
+
+pub use arch::Arch;
+pub use probe::{ArgType, ProbeSpec, MAX_ARGS};

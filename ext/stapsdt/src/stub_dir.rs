@@ -1,0 +1,196 @@
+//! The private directory stub files are written to.
+//!
+//! Candidates, in order: `$STATIC_TRACING_DIR`, `$XDG_RUNTIME_DIR/static_tracing`,
+//! `/tmp/static_tracing-<uid>`. A candidate is used only if it is a real
+//! directory (not a symbolic link), owned by this process's user, private
+//! (no group or other permissions) and not on a `noexec` mount. Files are
+//! created exclusively inside it, by name relative to the opened directory,
+//! so nothing is ever written through a link.
+
+use crate::names;
+use crate::sys;
+use std::ffi::OsString;
+use std::fs::{DirBuilder, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// A directory stubs may go to, and the setting that named it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Candidate {
+    pub path: PathBuf,
+    pub origin: &'static str,
+}
+
+/// The candidates for this process, from its environment.
+pub fn candidates() -> Vec<Candidate> {
+    candidates_from(|name| std::env::var_os(name), sys::effective_uid())
+}
+
+pub fn candidates_from(env: impl Fn(&str) -> Option<OsString>, uid: u32) -> Vec<Candidate> {
+    let set = |name: &str| {
+        env(name)
+            .filter(|value| !value.is_empty())
+            .map(PathBuf::from)
+    };
+    let mut list = Vec::new();
+    if let Some(dir) = set("STATIC_TRACING_DIR") {
+        let path = std::path::absolute(&dir).unwrap_or(dir);
+        list.push(Candidate {
+            path,
+            origin: "$STATIC_TRACING_DIR",
+        });
+    }
+    // The XDG spec says to ignore a relative $XDG_RUNTIME_DIR.
+    if let Some(runtime) = set("XDG_RUNTIME_DIR").filter(|path| path.is_absolute()) {
+        list.push(Candidate {
+            path: runtime.join("static_tracing"),
+            origin: "$XDG_RUNTIME_DIR",
+        });
+    }
+    list.push(Candidate {
+        path: PathBuf::from(format!("/tmp/static_tracing-{uid}")),
+        origin: "default",
+    });
+    list
+}
+
+/// An opened and checked stub directory.
+#[derive(Debug)]
+pub struct StubDir {
+    path: PathBuf,
+    dir: File,
+}
+
+impl StubDir {
+    /// Creates the directory if needed (mode 0700), opens it without
+    /// following a link, and checks it; the error says why it is unusable.
+    pub fn open(path: &Path) -> Result<StubDir, String> {
+        match DirBuilder::new().mode(0o700).create(path) {
+            Ok(()) => {}
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(err) => return Err(format!("cannot create it ({err})")),
+        }
+        let dir = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|err| match err.raw_os_error() {
+                // With O_NOFOLLOW a link is refused as ELOOP, or as ENOTDIR
+                // when O_DIRECTORY is checked first.
+                Some(libc::ELOOP | libc::ENOTDIR) if path.is_symlink() => {
+                    "it is a symbolic link".to_owned()
+                }
+                Some(libc::ENOTDIR) => "it is not a directory".to_owned(),
+                _ => format!("cannot open it ({err})"),
+            })?;
+        let metadata = dir
+            .metadata()
+            .map_err(|err| format!("cannot stat it ({err})"))?;
+        let uid = sys::effective_uid();
+        if metadata.uid() != uid {
+            return Err(format!(
+                "it is owned by uid {}, not by this process's uid {uid}",
+                metadata.uid()
+            ));
+        }
+        let mode = metadata.mode() & 0o7777;
+        if mode & 0o077 != 0 {
+            return Err(format!(
+                "its mode is {mode:04o}: a stub directory must be private to its user (chmod 700 {})",
+                path.display()
+            ));
+        }
+        if sys::mounted_noexec(&dir).map_err(|err| format!("cannot statvfs it ({err})"))? {
+            return Err("it is on a file system mounted noexec".to_owned());
+        }
+        Ok(StubDir {
+            path: path.to_owned(),
+            dir,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Creates a new, empty file (mode 0600); fails if the name is taken.
+    pub fn create(&self, name: &str) -> io::Result<File> {
+        sys::create_exclusive(&self.dir, name, 0o600)
+    }
+
+    pub fn remove(&self, name: &str) -> io::Result<()> {
+        sys::unlink_at(&self.dir, name)
+    }
+
+    /// Removes the stub files of processes that no longer exist, once per
+    /// directory and process. Returns how many it removed.
+    pub fn sweep_once(&self) -> usize {
+        static SWEPT: Mutex<Vec<(libc::pid_t, PathBuf)>> = Mutex::new(Vec::new());
+        let pid = sys::current_pid();
+        {
+            let mut swept = SWEPT
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if swept
+                .iter()
+                .any(|(by, path)| *by == pid && *path == self.path)
+            {
+                return 0;
+            }
+            swept.push((pid, self.path.clone()));
+        }
+        self.sweep()
+    }
+
+    fn sweep(&self) -> usize {
+        let Ok(entries) = std::fs::read_dir(&self.path) else {
+            return 0;
+        };
+        let mut removed = 0;
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let Some(stub) = StubFileName::parse(name) else {
+                continue;
+            };
+            if !sys::process_exists(stub.pid) && self.remove(name).is_ok() {
+                removed += 1;
+            }
+        }
+        removed
+    }
+}
+
+/// `<provider>-<pid>-<generation>.so`: the creating process is part of the
+/// name so that stale files can be recognized and removed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StubFileName {
+    pub provider: String,
+    pub pid: libc::pid_t,
+    pub generation: u64,
+}
+
+impl StubFileName {
+    pub fn parse(name: &str) -> Option<StubFileName> {
+        let stem = name.strip_suffix(".so")?;
+        let (rest, generation) = stem.rsplit_once('-')?;
+        let (provider, pid) = rest.rsplit_once('-')?;
+        let all_digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        if !names::is_valid(provider) || !all_digits(pid) || !all_digits(generation) {
+            return None;
+        }
+        Some(StubFileName {
+            provider: provider.to_owned(),
+            pid: pid.parse().ok()?,
+            generation: generation.parse().ok()?,
+        })
+    }
+}
+
+impl std::fmt::Display for StubFileName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}-{}.so", self.provider, self.pid, self.generation)
+    }
+}

@@ -1,0 +1,215 @@
+//! Every call into libc this crate makes, each behind a safe function.
+//! With `site`, the only module of the crate with `unsafe` in it.
+
+use std::ffi::{CStr, CString};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Once;
+
+/// A `dlopen` handle. Closing it is explicit ([`Library::close`]) because
+/// whether it is safe to unmap depends on the caller: see there.
+#[derive(Debug)]
+pub struct Library {
+    handle: NonNull<libc::c_void>,
+}
+
+// SAFETY: a dlopen handle is a process-wide token; glibc's dl* functions take
+// their own lock, so the handle may be used and closed from any thread.
+unsafe impl Send for Library {}
+
+/// The public head of glibc's and musl's `struct link_map` (`<link.h>`).
+#[repr(C)]
+struct LinkMapHead {
+    l_addr: usize,
+}
+
+impl Library {
+    /// Loads the shared object at `path` with its symbols kept local.
+    pub fn open(path: &Path) -> Result<Library, String> {
+        let path = CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| "path contains a NUL byte".to_owned())?;
+        // SAFETY: `path` is a valid C string. The objects loaded here are our
+        // own stubs: they have no initializers and no dependencies.
+        let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        NonNull::new(handle)
+            .map(|handle| Library { handle })
+            .ok_or_else(last_dl_error)
+    }
+
+    /// The load bias: what to add to an address of the file to get the
+    /// address in this process.
+    pub fn base(&self) -> usize {
+        let mut map: *const LinkMapHead = std::ptr::null();
+        // SAFETY: RTLD_DI_LINKMAP stores a `struct link_map *` into `map`; the
+        // handle is live, and the link map lives as long as the handle.
+        let status = unsafe {
+            libc::dlinfo(
+                self.handle.as_ptr(),
+                libc::RTLD_DI_LINKMAP,
+                (&mut map as *mut *const LinkMapHead).cast(),
+            )
+        };
+        assert!(
+            status == 0 && !map.is_null(),
+            "dlinfo(RTLD_DI_LINKMAP) failed: {}",
+            last_dl_error()
+        );
+        // SAFETY: `map` points at the loader's live link map (see above).
+        unsafe { (*map).l_addr }
+    }
+
+    /// Unmaps the object.
+    ///
+    /// # Safety
+    /// No thread may be executing, or about to execute, code of this object,
+    /// and no pointer into it may be used afterwards.
+    pub unsafe fn close(self) {
+        // SAFETY: guaranteed by the caller. A failure leaves the object mapped,
+        // which is harmless, so the status is not interesting.
+        unsafe { libc::dlclose(self.handle.as_ptr()) };
+    }
+}
+
+fn last_dl_error() -> String {
+    // SAFETY: dlerror returns NULL or a NUL-terminated string that stays valid
+    // until the next dl* call on this thread; it is copied at once.
+    let message = unsafe { libc::dlerror() };
+    if message.is_null() {
+        "unknown dynamic loader error".to_owned()
+    } else {
+        // SAFETY: non-null, NUL-terminated (see above).
+        unsafe { CStr::from_ptr(message) }
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
+/// An anonymous, sealed-off file in memory (`memfd_create`), executable.
+pub fn memfd(name: &str) -> io::Result<File> {
+    let name = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // Kernels with vm.memfd_noexec want MFD_EXEC said out loud; older ones
+    // reject the unknown flag, so try both.
+    for flags in [libc::MFD_CLOEXEC | libc::MFD_EXEC, libc::MFD_CLOEXEC] {
+        // SAFETY: `name` is a valid C string; the returned descriptor is ours.
+        let fd = unsafe { libc::memfd_create(name.as_ptr(), flags) };
+        if fd >= 0 {
+            // SAFETY: `fd` was just returned by memfd_create and is owned by no one else.
+            return Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }));
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINVAL) {
+            return Err(err);
+        }
+    }
+    Err(io::Error::last_os_error())
+}
+
+/// Whether the file system holding `fd` is mounted `noexec`.
+pub fn mounted_noexec(fd: &impl AsRawFd) -> io::Result<bool> {
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `stat` is a valid out-pointer; fstatvfs fills it on success.
+    if unsafe { libc::fstatvfs(fd.as_raw_fd(), stat.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fstatvfs succeeded, so `stat` is initialized.
+    let stat = unsafe { stat.assume_init() };
+    Ok(stat.f_flag & libc::ST_NOEXEC != 0)
+}
+
+/// Whether a process with this id exists (it may belong to another user).
+pub fn process_exists(pid: libc::pid_t) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks whether the process could be signalled.
+    let status = unsafe { libc::kill(pid, 0) };
+    status == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+pub fn current_pid() -> libc::pid_t {
+    std::process::id() as libc::pid_t
+}
+
+pub fn effective_uid() -> libc::uid_t {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if size > 0 {
+        size as u64
+    } else {
+        4096
+    }
+}
+
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn count_fork_in_parent() {
+    FORKS.fetch_add(1, Ordering::SeqCst);
+}
+
+/// How many times this process has forked since it started counting. A file
+/// loaded before the count last changed may be mapped by a child as well.
+pub fn forks_so_far() -> u64 {
+    static REGISTER: Once = Once::new();
+    REGISTER.call_once(|| {
+        // SAFETY: the handler only increments an atomic, which is safe in the
+        // narrow context fork handlers run in.
+        let status = unsafe { libc::pthread_atfork(None, Some(count_fork_in_parent), None) };
+        assert_eq!(status, 0, "pthread_atfork failed");
+    });
+    FORKS.load(Ordering::SeqCst)
+}
+
+/// Creates `name` inside the directory `dir`, failing if anything (a file,
+/// a symbolic link) already has that name.
+pub fn create_exclusive(dir: &File, name: &str, mode: libc::mode_t) -> io::Result<File> {
+    let name = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: valid directory descriptor and C string; the new descriptor is ours.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            flags,
+            libc::c_uint::from(mode),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and is owned by no one else.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+/// Removes the directory entry `name` of `dir` (a link itself, never its target).
+pub fn unlink_at(dir: &File, name: &str) -> io::Result<()> {
+    let name = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: valid directory descriptor and C string.
+    if unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Reserves the blocks of `file` up to `len` bytes, so that writing them
+/// later cannot fail for lack of space.
+pub fn allocate(file: &File, len: u64) -> io::Result<()> {
+    // SAFETY: plain syscall on a descriptor we own.
+    let status = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
+    match status {
+        0 => Ok(()),
+        // Some file systems cannot preallocate; then the write may still fail
+        // later, and that is handled there.
+        libc::EOPNOTSUPP => Ok(()),
+        errno => Err(io::Error::from_raw_os_error(errno)),
+    }
+}

@@ -1,0 +1,367 @@
+//! Loading generated images into this test process for real.
+#![cfg(target_os = "linux")]
+
+use stapsdt::elf::ImageSpec;
+use stapsdt::image::{host_page_size, LoadedImage, Reloaded};
+use stapsdt::site::ProbeSite;
+use stapsdt::stub_dir::{candidates_from, Candidate, StubDir, StubFileName};
+use stapsdt::{Arch, ArgType, ProbeSpec};
+use std::fs;
+use std::io::{Seek, SeekFrom, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    /// A fresh directory with the given mode; `create: false` leaves it to the loader.
+    fn new(mode: u32, create: bool) -> TempDir {
+        static COUNT: AtomicUsize = AtomicUsize::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "stapsdt-test-{}-{}",
+            std::process::id(),
+            COUNT.fetch_add(1, Ordering::Relaxed)
+        ));
+        if create {
+            fs::create_dir(&path).unwrap();
+            fs::set_permissions(&path, fs::Permissions::from_mode(mode)).unwrap();
+        }
+        TempDir(path)
+    }
+
+    fn candidate(&self) -> Candidate {
+        Candidate {
+            path: self.0.clone(),
+            origin: "test",
+        }
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+        let _ = fs::remove_file(&self.0);
+    }
+}
+
+fn probes(names: &[&str]) -> Vec<ProbeSpec> {
+    names
+        .iter()
+        .map(|name| ProbeSpec::new(name, &[ArgType::Int64, ArgType::String]).unwrap())
+        .collect()
+}
+
+fn spec<'a>(provider: &'a str, probes: &'a [ProbeSpec]) -> ImageSpec<'a> {
+    ImageSpec {
+        provider,
+        probes,
+        arch: Arch::host().unwrap(),
+        page_size: host_page_size(),
+    }
+}
+
+fn maps() -> String {
+    fs::read_to_string("/proc/self/maps").unwrap()
+}
+
+fn mapping_lines(path: &Path) -> Vec<String> {
+    let needle = path.display().to_string();
+    maps()
+        .lines()
+        .filter(|line| line.contains(&needle))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Pokes a byte into this process's memory the way a debugger would, which
+/// works on read-only executable pages too.
+fn poke(address: usize, byte: u8) {
+    let mut mem = fs::OpenOptions::new()
+        .write(true)
+        .open("/proc/self/mem")
+        .unwrap();
+    mem.seek(SeekFrom::Start(address as u64)).unwrap();
+    mem.write_all(&[byte]).unwrap();
+}
+
+fn stub_bytes(site: &ProbeSite) -> &'static [u8] {
+    let len = Arch::host().unwrap().stub().len();
+    // SAFETY: the image stays loaded for the duration of each test that calls this.
+    unsafe { std::slice::from_raw_parts(site.stub as *const u8, len) }
+}
+
+#[test]
+fn loads_a_real_file_into_a_private_directory_and_fires() {
+    let dir = TempDir::new(0, false);
+    let probes = probes(&["hello", "bye"]);
+    let (image, skipped) = LoadedImage::load(&spec("my_app", &probes), &[dir.candidate()]).unwrap();
+    assert!(skipped.is_empty(), "{skipped:?}");
+
+    let path = image.path();
+    assert_eq!(path.parent().unwrap(), dir.0);
+    let name = StubFileName::parse(path.file_name().unwrap().to_str().unwrap()).unwrap();
+    assert_eq!(
+        (name.provider.as_str(), name.pid),
+        ("my_app", std::process::id() as i32)
+    );
+    let dir_meta = fs::metadata(&dir.0).unwrap();
+    assert_eq!(dir_meta.mode() & 0o777, 0o700, "created private");
+    assert_eq!(fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
+    assert_eq!(fs::metadata(&path).unwrap().len(), image.len());
+
+    let lines = mapping_lines(&path);
+    assert!(!lines.is_empty(), "mapped");
+    assert!(
+        lines.iter().all(|line| !line.ends_with("(deleted)")),
+        "{lines:?}"
+    );
+    assert!(
+        lines.iter().all(|line| !line.contains("wx")),
+        "never writable and executable: {lines:?}"
+    );
+    assert!(lines.iter().any(|line| line.contains("r-xp")), "{lines:?}");
+    assert!(lines.iter().any(|line| line.contains("rw-p")), "{lines:?}");
+
+    for index in 0..2 {
+        let site = image.site(index);
+        assert_eq!(stub_bytes(&site), Arch::host().unwrap().stub());
+        // SAFETY: loaded until the unload below.
+        unsafe {
+            assert!(!site.is_enabled());
+            site.fire(&[1, 2, 3, 4, 5, 6]);
+        }
+    }
+    // SAFETY: no site is used after this.
+    unsafe { image.unload() };
+    assert!(!path.exists(), "the creator removes its file on unload");
+    assert!(mapping_lines(&path).is_empty(), "unmapped");
+}
+
+#[test]
+fn a_raised_semaphore_or_a_breakpoint_means_enabled() {
+    let dir = TempDir::new(0o700, true);
+    let probes = probes(&["a", "b"]);
+    let (image, _) =
+        LoadedImage::load(&spec("enabled_check", &probes), &[dir.candidate()]).unwrap();
+    let (a, b) = (image.site(0), image.site(1));
+    // SAFETY: loaded until the unload below; the writes mimic a tracer.
+    unsafe {
+        *(a.semaphore as *mut u16) = 1;
+        assert!(a.is_enabled());
+        assert!(!b.is_enabled(), "semaphores are per probe");
+        *(a.semaphore as *mut u16) = 0;
+        assert!(!a.is_enabled());
+        poke(b.stub, 0xcc);
+        assert!(
+            b.is_enabled(),
+            "a breakpoint on the site, semaphore untouched"
+        );
+        assert!(!a.is_enabled());
+        image.unload();
+    }
+}
+
+#[test]
+fn growing_a_loaded_image_rewrites_the_same_file_and_keeps_offsets() {
+    let dir = TempDir::new(0o700, true);
+    let all = probes(&["one", "two", "three"]);
+    let (image, _) = LoadedImage::load(&spec("grows", &all[..2]), &[dir.candidate()]).unwrap();
+    let path = image.path();
+    let inode = fs::metadata(&path).unwrap().ino();
+    let before: Vec<usize> = (0..2)
+        .map(|i| image.site(i).stub - image.site(0).stub)
+        .collect();
+    // SAFETY: the old sites are not used after the reload.
+    let reloaded = unsafe { image.reload(&spec("grows", &all), &[dir.candidate()]) };
+    let Ok(Reloaded::InPlace(image)) = reloaded else {
+        panic!("expected an in-place reload")
+    };
+    assert_eq!(image.path(), path);
+    assert_eq!(
+        fs::metadata(&path).unwrap().ino(),
+        inode,
+        "same inode: attached uprobes survive"
+    );
+    let after: Vec<usize> = (0..2)
+        .map(|i| image.site(i).stub - image.site(0).stub)
+        .collect();
+    assert_eq!(before, after);
+    assert_eq!(image.layout().probe_count(), 3);
+    assert_eq!(stub_bytes(&image.site(2)), Arch::host().unwrap().stub());
+    assert_eq!(
+        mapping_lines(&path)
+            .iter()
+            .filter(|l| l.contains("r-xp"))
+            .count(),
+        1,
+        "the old mapping is gone"
+    );
+    // SAFETY: nothing uses the sites afterwards.
+    unsafe {
+        image.site(2).fire(&[0; 6]);
+        image.unload();
+    }
+}
+
+#[test]
+fn unusable_directories_are_skipped_with_the_reason() {
+    let symlink = TempDir::new(0, false);
+    let target = TempDir::new(0o700, true);
+    std::os::unix::fs::symlink(&target.0, &symlink.0).unwrap();
+    let open = TempDir::new(0o755, true);
+    let world_writable = TempDir::new(0o777, true);
+    let file = TempDir::new(0, false);
+    fs::write(&file.0, b"not a directory").unwrap();
+    let good = TempDir::new(0o700, true);
+
+    let candidates = [
+        symlink.candidate(),
+        open.candidate(),
+        world_writable.candidate(),
+        file.candidate(),
+        good.candidate(),
+    ];
+    let probes = probes(&["p"]);
+    let (image, skipped) = LoadedImage::load(&spec("picky", &probes), &candidates).unwrap();
+    assert_eq!(image.path().parent().unwrap(), good.0);
+    let reasons: Vec<&str> = skipped.iter().map(|s| s.reason.as_str()).collect();
+    assert_eq!(skipped.len(), 4, "{skipped:?}");
+    assert!(reasons[0].contains("symbolic link"), "{reasons:?}");
+    assert!(
+        reasons[1].contains("mode is 0755") && reasons[1].contains("chmod 700"),
+        "{reasons:?}"
+    );
+    assert!(reasons[2].contains("mode is 0777"), "{reasons:?}");
+    assert!(reasons[3].contains("not a directory"), "{reasons:?}");
+    assert!(skipped[0]
+        .location
+        .contains(&symlink.0.display().to_string()));
+    assert_eq!(
+        fs::read_dir(&target.0).unwrap().count(),
+        0,
+        "nothing written through the link"
+    );
+    // SAFETY: no site is used.
+    unsafe { image.unload() };
+}
+
+#[test]
+fn a_directory_owned_by_someone_else_is_refused() {
+    if unsafe_is_root() {
+        let dir = TempDir::new(0o700, true);
+        std::os::unix::fs::chown(&dir.0, Some(65534), Some(65534)).unwrap();
+        let err = StubDir::open(&dir.0).unwrap_err();
+        assert!(err.contains("owned by uid 65534"), "{err}");
+    } else {
+        let err = StubDir::open(Path::new("/")).unwrap_err();
+        assert!(err.contains("owned by uid 0"), "{err}");
+    }
+}
+
+fn unsafe_is_root() -> bool {
+    fs::metadata("/proc/self")
+        .map(|m| m.uid() == 0)
+        .unwrap_or(false)
+}
+
+#[test]
+fn with_no_usable_directory_a_memfd_is_used() {
+    let file = TempDir::new(0, false);
+    fs::write(&file.0, b"x").unwrap();
+    let probes = probes(&["p"]);
+    let (image, skipped) =
+        LoadedImage::load(&spec("in_memory", &probes), &[file.candidate()]).unwrap();
+    assert!(image.is_memfd());
+    assert_eq!(skipped.len(), 1);
+    let path = image.path();
+    assert!(
+        path.starts_with(format!("/proc/{}/fd", std::process::id())),
+        "{path:?}"
+    );
+    assert!(maps()
+        .lines()
+        .any(|line| line.contains("/memfd:static_tracing:in_memory")));
+    // SAFETY: loaded until the unload below.
+    unsafe {
+        image.site(0).fire(&[0; 6]);
+        image.unload();
+    }
+}
+
+#[test]
+fn stale_files_of_dead_processes_are_swept() {
+    let dir = TempDir::new(0o700, true);
+    let dead = (1..)
+        .map(|n| 4_000_000 - n)
+        .find(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+        .unwrap();
+    let alive = std::os::unix::process::parent_id();
+    let stale = format!("old-{dead}-3.so");
+    let live = format!("old-{alive}-3.so");
+    let unrelated = "notes.txt";
+    for name in [&stale, &live, &unrelated.to_owned()] {
+        fs::write(dir.0.join(name), b"").unwrap();
+    }
+    let opened = StubDir::open(&dir.0).unwrap();
+    assert_eq!(opened.sweep_once(), 1);
+    assert_eq!(opened.sweep_once(), 0, "once per process and directory");
+    assert!(!dir.0.join(&stale).exists());
+    assert!(dir.0.join(&live).exists(), "the process is alive");
+    assert!(dir.0.join(unrelated).exists(), "not a stub file");
+}
+
+#[test]
+fn candidates_come_from_the_environment_in_order() {
+    let env = |vars: &'static [(&'static str, &'static str)]| {
+        move |name: &str| vars.iter().find(|(k, _)| *k == name).map(|(_, v)| v.into())
+    };
+    let paths = |list: Vec<Candidate>| list.into_iter().map(|c| c.path).collect::<Vec<_>>();
+    assert_eq!(
+        paths(candidates_from(env(&[]), 1000)),
+        [PathBuf::from("/tmp/static_tracing-1000")]
+    );
+    assert_eq!(
+        paths(candidates_from(
+            env(&[
+                ("STATIC_TRACING_DIR", "/srv/st"),
+                ("XDG_RUNTIME_DIR", "/run/user/7")
+            ]),
+            7
+        )),
+        [
+            PathBuf::from("/srv/st"),
+            PathBuf::from("/run/user/7/static_tracing"),
+            PathBuf::from("/tmp/static_tracing-7")
+        ]
+    );
+    assert_eq!(
+        paths(candidates_from(
+            env(&[("STATIC_TRACING_DIR", ""), ("XDG_RUNTIME_DIR", "relative")]),
+            7
+        )),
+        [PathBuf::from("/tmp/static_tracing-7")],
+        "empty and relative settings are ignored"
+    );
+}
+
+#[test]
+fn stub_file_names_round_trip_and_reject_others() {
+    let name = StubFileName {
+        provider: "my_app".into(),
+        pid: 42,
+        generation: 7,
+    };
+    assert_eq!(name.to_string(), "my_app-42-7.so");
+    assert_eq!(StubFileName::parse("my_app-42-7.so"), Some(name));
+    for other in [
+        "my_app-42.so",
+        "-42-7.so",
+        "a-b-7.so",
+        "a-42-7.so.bak",
+        "../x-1-2.so",
+        "a-42-x.so",
+    ] {
+        assert_eq!(StubFileName::parse(other), None, "{other}");
+    }
+}

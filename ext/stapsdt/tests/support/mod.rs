@@ -1,0 +1,256 @@
+//! A reader for generated images built on the `object` crate, independent of
+//! the writer: tests compare what it finds against what was asked for.
+#![allow(dead_code)]
+
+use object::elf;
+use object::read::elf::{FileHeader, ProgramHeader, SectionHeader, Sym};
+use object::LittleEndian as LE;
+
+pub type Header = elf::FileHeader64<LE>;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    pub pc: u64,
+    pub base: u64,
+    pub semaphore: u64,
+    pub provider: String,
+    pub name: String,
+    pub args: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Segment {
+    pub kind: u32,
+    pub flags: u32,
+    pub offset: u64,
+    pub vaddr: u64,
+    pub filesz: u64,
+    pub memsz: u64,
+    pub align: u64,
+}
+
+impl Segment {
+    pub fn contains(&self, address: u64, len: u64) -> bool {
+        address >= self.vaddr && address + len <= self.vaddr + self.memsz
+    }
+    pub fn readable(&self) -> bool {
+        self.flags & elf::PF_R != 0
+    }
+    pub fn writable(&self) -> bool {
+        self.flags & elf::PF_W != 0
+    }
+    pub fn executable(&self) -> bool {
+        self.flags & elf::PF_X != 0
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Section {
+    pub name: String,
+    pub kind: u32,
+    pub flags: u64,
+    pub address: u64,
+    pub offset: u64,
+    pub size: u64,
+    pub link: u32,
+    pub align: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Symbol {
+    pub name: String,
+    pub value: u64,
+    pub size: u64,
+    pub kind: u8,
+    pub section: u16,
+}
+
+pub struct Parsed<'a> {
+    pub data: &'a [u8],
+    pub header: &'a Header,
+    pub segments: Vec<Segment>,
+    pub sections: Vec<Section>,
+    pub notes: Vec<Note>,
+    pub symbols: Vec<Symbol>,
+    hash: Vec<u32>,
+}
+
+impl<'a> Parsed<'a> {
+    pub fn new(data: &'a [u8]) -> Parsed<'a> {
+        let header = Header::parse(data).expect("ELF header");
+        let endian = header.endian().unwrap();
+        let segments = header
+            .program_headers(endian, data)
+            .expect("program headers")
+            .iter()
+            .map(|p| Segment {
+                kind: p.p_type(endian),
+                flags: p.p_flags(endian),
+                offset: p.p_offset(endian),
+                vaddr: p.p_vaddr(endian),
+                filesz: p.p_filesz(endian),
+                memsz: p.p_memsz(endian),
+                align: p.p_align(endian),
+            })
+            .collect();
+        let table = header.sections(endian, data).expect("section headers");
+        let sections: Vec<Section> = table
+            .iter()
+            .map(|s| Section {
+                name: String::from_utf8(table.section_name(endian, s).unwrap().to_vec()).unwrap(),
+                kind: s.sh_type(endian),
+                flags: s.sh_flags(endian),
+                address: s.sh_addr(endian),
+                offset: s.sh_offset(endian),
+                size: s.sh_size(endian),
+                link: s.sh_link(endian),
+                align: s.sh_addralign(endian),
+            })
+            .collect();
+        let mut notes = Vec::new();
+        for section in table.iter() {
+            let Some(mut iter) = section.notes(endian, data).expect("notes") else {
+                continue;
+            };
+            while let Some(note) = iter.next().expect("note") {
+                assert_eq!(note.name(), b"stapsdt", "note owner");
+                assert_eq!(note.n_type(endian), 3, "note type NT_STAPSDT");
+                notes.push(parse_desc(note.desc()));
+            }
+        }
+        let dynsym = table
+            .symbols(endian, data, elf::SHT_DYNSYM)
+            .expect("dynsym");
+        let symbols = dynsym
+            .iter()
+            .skip(1)
+            .map(|s| Symbol {
+                name: String::from_utf8(s.name(endian, dynsym.strings()).unwrap().to_vec())
+                    .unwrap(),
+                value: s.st_value(endian),
+                size: s.st_size(endian),
+                kind: s.st_type(),
+                section: s.st_shndx(endian),
+            })
+            .collect();
+        let hash = sections
+            .iter()
+            .find(|s| s.kind == elf::SHT_HASH)
+            .map(|hash| {
+                data[hash.offset as usize..(hash.offset + hash.size) as usize]
+                    .chunks(4)
+                    .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Parsed {
+            data,
+            header,
+            segments,
+            sections,
+            notes,
+            symbols,
+            hash,
+        }
+    }
+
+    pub fn loads(&self) -> impl Iterator<Item = &Segment> {
+        self.segments.iter().filter(|s| s.kind == elf::PT_LOAD)
+    }
+
+    pub fn load_containing(&self, address: u64, len: u64) -> Option<&Segment> {
+        self.loads().find(|s| s.contains(address, len))
+    }
+
+    pub fn sections_named<'s>(&'s self, name: &'s str) -> impl Iterator<Item = &'s Section> + 's {
+        self.sections.iter().filter(move |s| s.name == name)
+    }
+
+    pub fn section_containing(&self, address: u64, len: u64) -> Option<&Section> {
+        self.sections.iter().find(|s| {
+            s.flags & u64::from(elf::SHF_ALLOC) != 0
+                && address >= s.address
+                && address + len <= s.address + s.size
+        })
+    }
+
+    /// Bytes at a loaded address (identity-mapped images only).
+    pub fn bytes_at(&self, address: u64, len: usize) -> &[u8] {
+        let segment = self
+            .load_containing(address, len as u64)
+            .expect("address inside a PT_LOAD");
+        let offset = (address - segment.vaddr + segment.offset) as usize;
+        &self.data[offset..offset + len]
+    }
+
+    /// Looks a symbol up through `.hash`, as the dynamic loader would.
+    pub fn hash_lookup(&self, name: &str) -> Option<u64> {
+        let words = &self.hash;
+        let (nbucket, nchain) = (words[0] as usize, words[1] as usize);
+        assert_eq!(
+            nchain,
+            self.symbols.len() + 1,
+            "nchain counts every dynamic symbol"
+        );
+        let mut index = words[2 + elf_hash(name.as_bytes()) as usize % nbucket] as usize;
+        while index != 0 {
+            let symbol = &self.symbols[index - 1];
+            if symbol.name == name {
+                return Some(symbol.value);
+            }
+            index = words[2 + nbucket + index] as usize;
+        }
+        None
+    }
+
+    /// `d_tag => d_val` of `.dynamic`.
+    pub fn dynamic(&self) -> Vec<(u64, u64)> {
+        let dynamic = self
+            .sections
+            .iter()
+            .find(|s| s.kind == elf::SHT_DYNAMIC)
+            .expect(".dynamic");
+        self.data[dynamic.offset as usize..(dynamic.offset + dynamic.size) as usize]
+            .chunks(16)
+            .map(|c| {
+                (
+                    u64::from_le_bytes(c[..8].try_into().unwrap()),
+                    u64::from_le_bytes(c[8..].try_into().unwrap()),
+                )
+            })
+            .collect()
+    }
+}
+
+fn parse_desc(desc: &[u8]) -> Note {
+    let word = |i: usize| u64::from_le_bytes(desc[i * 8..i * 8 + 8].try_into().unwrap());
+    let strings: Vec<String> = desc[24..]
+        .split(|&b| b == 0)
+        .map(|s| String::from_utf8(s.to_vec()).unwrap())
+        .collect();
+    assert_eq!(
+        strings.len(),
+        4,
+        "provider, name and args, each NUL-terminated, and nothing after: {strings:?}"
+    );
+    assert_eq!(strings[3], "");
+    Note {
+        pc: word(0),
+        base: word(1),
+        semaphore: word(2),
+        provider: strings[0].clone(),
+        name: strings[1].clone(),
+        args: strings[2].clone(),
+    }
+}
+
+fn elf_hash(name: &[u8]) -> u32 {
+    let mut h: u32 = 0;
+    for &c in name {
+        h = (h << 4).wrapping_add(u32::from(c));
+        let g = h & 0xf000_0000;
+        h ^= g >> 24;
+        h &= !g;
+    }
+    h
+}
