@@ -1,6 +1,12 @@
+//! The native half of the `static_tracing` gem: small primitives on which
+//! `lib/static_tracing` builds the public Ruby API. The probe machinery
+//! itself (ELF stubs, loading) is the `stapsdt` crate, which knows no Ruby.
+
+mod ruby_api;
+
 use magnus::{Error, Ruby};
 
 #[magnus::init]
-fn init(_ruby: &Ruby) -> Result<(), Error> {
-    Ok(())
+fn init(ruby: &Ruby) -> Result<(), Error> {
+    ruby_api::init(ruby)
 }

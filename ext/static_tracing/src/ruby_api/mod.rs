@@ -1,0 +1,45 @@
+//! One file a Ruby class, each with its own `init`.
+//!
+//! # Why the unsafe blocks here hold
+//!
+//! A probe stub is only ever executed by `Tracepoint#fire`, which holds the
+//! GVL from start to end and never releases it. Images are only reloaded or
+//! unloaded by Provider methods, which hold the GVL too. So while a provider
+//! swaps or unmaps its image no thread can be inside one of its stubs, and
+//! the site slots read by `fire` are updated before any Ruby code runs again.
+//! (Non-main Ractors cannot call into this extension: it does not declare
+//! itself Ractor-safe.)
+
+mod arguments;
+mod errors;
+mod provider;
+mod tracepoint;
+
+use magnus::{value::Lazy, Error, Module, Object, RModule, Ruby};
+
+/// `StaticTracing`, defined by `lib/static_tracing.rb` before the extension loads.
+pub fn root(ruby: &Ruby) -> RModule {
+    static ROOT: Lazy<RModule> = Lazy::new(|ruby| ruby.define_module("StaticTracing").unwrap());
+    ruby.get_inner(&ROOT)
+}
+
+/// Does nothing: the cost of a call into this extension, which `rake bench`
+/// compares `Tracepoint#fire` against.
+fn noop(_args: &[magnus::Value]) {}
+
+pub fn init(ruby: &Ruby) -> Result<(), Error> {
+    let native = root(ruby).define_module("Native")?;
+    native.define_singleton_method(
+        "supported?",
+        magnus::function!(provider::platform_supported, 0),
+    )?;
+    native.define_singleton_method(
+        "remove_files_at_exit",
+        magnus::function!(provider::remove_files_at_exit, 0),
+    )?;
+    native.const_set("NAME_RULE", stapsdt::names::NAME_RULE)?;
+    native.define_singleton_method("noop", magnus::function!(noop, -1))?;
+    provider::init(ruby)?;
+    tracepoint::init(ruby)?;
+    Ok(())
+}

@@ -1,0 +1,225 @@
+//! `StaticTracing::Provider`: a probe namespace and its loaded image.
+//!
+//! The native side keeps what the image is generated from (the probes in
+//! declaration order) and the image itself; `lib/static_tracing/provider.rb`
+//! keeps the registry and the name => Tracepoint table. No Ruby value is
+//! held here, so there is nothing to mark.
+
+use super::arguments;
+use super::errors::{argument_error, provider_load_error};
+use super::root;
+use super::tracepoint::{SiteSlot, Tracepoint};
+use magnus::{
+    function, method, prelude::*, typed_data::Obj, DataTypeFunctions, Error, RArray, Ruby, Symbol,
+    TypedData,
+};
+use stapsdt::elf::ImageSpec;
+use stapsdt::image::{self, LoadError, LoadedImage, Reloaded, Skipped};
+use stapsdt::names::{self, NameKind};
+use stapsdt::stub_dir;
+use stapsdt::{Arch, ProbeSpec};
+use std::cell::RefCell;
+use std::sync::Arc;
+
+#[derive(TypedData)]
+#[magnus(class = "StaticTracing::Provider", free_immediately)]
+pub struct Provider {
+    name: String,
+    state: RefCell<State>,
+}
+
+impl DataTypeFunctions for Provider {}
+
+#[derive(Default)]
+struct State {
+    probes: Vec<ProbeSpec>,
+    slots: Vec<Arc<SiteSlot>>,
+    image: Option<LoadedImage>,
+}
+
+impl State {
+    /// Points every tracepoint at its probe in the current image, or at
+    /// nothing when unloaded.
+    fn publish_sites(&self) {
+        for (index, slot) in self.slots.iter().enumerate() {
+            slot.set(self.image.as_ref().map(|image| image.site(index)));
+        }
+    }
+}
+
+pub fn platform_supported() -> bool {
+    Arch::host().is_some()
+}
+
+pub fn remove_files_at_exit() -> usize {
+    image::remove_files_at_exit()
+}
+
+impl Provider {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn new(ruby: &Ruby, name: String) -> Result<Obj<Provider>, Error> {
+        names::validate(NameKind::Provider, &name)
+            .map_err(|err| argument_error(ruby, err.to_string()))?;
+        Ok(ruby.obj_wrap(Provider {
+            name,
+            state: RefCell::default(),
+        }))
+    }
+
+    fn spec<'a>(&'a self, probes: &'a [ProbeSpec]) -> Result<ImageSpec<'a>, LoadError> {
+        Ok(ImageSpec {
+            provider: &self.name,
+            probes,
+            arch: Arch::host().ok_or(LoadError::Unsupported)?,
+            page_size: image::host_page_size(),
+        })
+    }
+
+    /// Adds a probe and returns its new Tracepoint; a loaded provider is
+    /// reloaded so the probe can be attached at once. On any error nothing
+    /// is added. Redeclarations are resolved by the Ruby side.
+    fn declare(
+        ruby: &Ruby,
+        rb_self: Obj<Provider>,
+        name: String,
+        classes: RArray,
+    ) -> Result<Obj<Tracepoint>, Error> {
+        let label = format!("tracepoint {}:{}", rb_self.name, name);
+        let types = arguments::parse_types(ruby, &label, classes)?;
+        let spec =
+            ProbeSpec::new(&name, &types).map_err(|err| argument_error(ruby, err.to_string()))?;
+        let slot = Arc::new(SiteSlot::default());
+        let outcome = {
+            let mut state = rb_self.state.borrow_mut();
+            if state.probes.iter().any(|probe| probe.name() == name) {
+                Err(None)
+            } else {
+                state.probes.push(spec);
+                state.slots.push(slot.clone());
+                let outcome = rb_self.reload_if_loaded(&mut state).map_err(Some);
+                if outcome.is_err() {
+                    state.probes.pop();
+                    state.slots.pop();
+                    state.publish_sites();
+                }
+                outcome
+            }
+        };
+        match outcome {
+            Ok(skipped) => {
+                warn_skipped(ruby, skipped)?;
+                Ok(ruby.obj_wrap(Tracepoint::new(rb_self, name, types, slot)))
+            }
+            Err(None) => Err(argument_error(ruby, format!("{label} is already declared"))),
+            Err(Some(err)) => Err(provider_load_error(
+                ruby,
+                format!("{label} could not be added: {err}"),
+            )),
+        }
+    }
+
+    fn reload_if_loaded(&self, state: &mut State) -> Result<Vec<Skipped>, LoadError> {
+        let Some(loaded) = state.image.take() else {
+            return Ok(Vec::new());
+        };
+        // Until the new image is in, no tracepoint may use the old one.
+        for slot in &state.slots {
+            slot.set(None);
+        }
+        let spec = self.spec(&state.probes)?;
+        // SAFETY: see the module docs of `ruby_api`: we hold the GVL, so no
+        // thread is in a stub, and the slots were cleared above.
+        let reloaded = unsafe { loaded.reload(&spec, &stub_dir::candidates()) };
+        let outcome = match reloaded {
+            Ok(Reloaded::InPlace(image)) => {
+                state.image = Some(image);
+                Ok(Vec::new())
+            }
+            Ok(Reloaded::NewFile { image, skipped }) => {
+                state.image = Some(image);
+                Ok(skipped)
+            }
+            Err(failed) => {
+                state.image = failed.previous.map(|previous| *previous);
+                Err(failed.error)
+            }
+        };
+        state.publish_sites();
+        outcome
+    }
+
+    /// Loads the image if it is not loaded.
+    fn load(ruby: &Ruby, rb_self: &Provider) -> Result<(), Error> {
+        let loaded = {
+            let mut state = rb_self.state.borrow_mut();
+            if state.image.is_some() {
+                return Ok(());
+            }
+            let loaded = rb_self
+                .spec(&state.probes)
+                .and_then(|spec| LoadedImage::load(&spec, &stub_dir::candidates()));
+            loaded.map(|(image, skipped)| {
+                state.image = Some(image);
+                state.publish_sites();
+                skipped
+            })
+        };
+        match loaded {
+            Ok(skipped) => warn_skipped(ruby, skipped),
+            Err(err) => Err(provider_load_error(ruby, err.to_string())),
+        }
+    }
+
+    fn unload(&self) {
+        let mut state = self.state.borrow_mut();
+        if let Some(image) = state.image.take() {
+            state.publish_sites();
+            // SAFETY: see the module docs of `ruby_api`; the slots no longer
+            // point into the image.
+            unsafe { image.unload() };
+        }
+    }
+
+    fn is_loaded(&self) -> bool {
+        self.state.borrow().image.is_some()
+    }
+
+    fn path(&self) -> Option<String> {
+        let state = self.state.borrow();
+        state
+            .image
+            .as_ref()
+            .map(|image| image.path().display().to_string())
+    }
+
+    fn name_symbol(ruby: &Ruby, rb_self: &Provider) -> Symbol {
+        ruby.to_symbol(&rb_self.name)
+    }
+}
+
+/// Hands the stub locations that were passed over to
+/// `StaticTracing.warn_stub_fallback`, which says so once.
+fn warn_skipped(ruby: &Ruby, skipped: Vec<Skipped>) -> Result<(), Error> {
+    if skipped.is_empty() {
+        return Ok(());
+    }
+    let messages: Vec<String> = skipped.iter().map(Skipped::to_string).collect();
+    root(ruby).funcall::<_, _, magnus::Value>("warn_stub_fallback", (messages,))?;
+    Ok(())
+}
+
+pub fn init(ruby: &Ruby) -> Result<(), Error> {
+    let class = root(ruby).define_class("Provider", ruby.class_object())?;
+    class.undef_default_alloc_func();
+    class.define_singleton_method("_new", function!(Provider::new, 1))?;
+    class.define_method("name", method!(Provider::name_symbol, 0))?;
+    class.define_method("_declare", method!(Provider::declare, 2))?;
+    class.define_method("_load", method!(Provider::load, 0))?;
+    class.define_method("_unload", method!(Provider::unload, 0))?;
+    class.define_method("loaded?", method!(Provider::is_loaded, 0))?;
+    class.define_method("path", method!(Provider::path, 0))?;
+    Ok(())
+}

@@ -1,0 +1,148 @@
+//! `StaticTracing::Tracepoint`: one probe of a provider; fires it.
+
+use super::arguments::{self, Registers};
+use super::errors::argument_error;
+use super::provider::Provider;
+use super::root;
+use magnus::{
+    gc::Marker, method, prelude::*, typed_data::Obj, value::Opaque, DataTypeFunctions, Error,
+    RArray, Ruby, Symbol, TypedData, Value,
+};
+use stapsdt::site::ProbeSite;
+use stapsdt::ArgType;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Where a tracepoint's probe is loaded, if it is: written by its provider
+/// on load, reload and unload, read by `fire` and `enabled?`. A stub address
+/// of 0 means "not loaded". The GVL orders every access (see the module
+/// docs of `ruby_api`), the atomics only make sharing the slot legal.
+#[derive(Default, Debug)]
+pub struct SiteSlot {
+    stub: AtomicUsize,
+    semaphore: AtomicUsize,
+}
+
+impl SiteSlot {
+    pub fn set(&self, site: Option<ProbeSite>) {
+        let site = site.unwrap_or(ProbeSite {
+            stub: 0,
+            semaphore: 0,
+        });
+        self.stub.store(site.stub, Ordering::Relaxed);
+        self.semaphore.store(site.semaphore, Ordering::Relaxed);
+    }
+
+    #[inline]
+    fn get(&self) -> Option<ProbeSite> {
+        let stub = self.stub.load(Ordering::Relaxed);
+        (stub != 0).then(|| ProbeSite {
+            stub,
+            semaphore: self.semaphore.load(Ordering::Relaxed),
+        })
+    }
+}
+
+#[derive(TypedData)]
+#[magnus(class = "StaticTracing::Tracepoint", free_immediately, mark)]
+pub struct Tracepoint {
+    provider: Opaque<Obj<Provider>>,
+    /// `provider:probe`, for messages.
+    label: String,
+    name: String,
+    types: Vec<ArgType>,
+    slot: Arc<SiteSlot>,
+}
+
+impl DataTypeFunctions for Tracepoint {
+    fn mark(&self, marker: &Marker) {
+        marker.mark(self.provider);
+    }
+}
+
+impl Tracepoint {
+    pub fn new(
+        provider: Obj<Provider>,
+        name: String,
+        types: Vec<ArgType>,
+        slot: Arc<SiteSlot>,
+    ) -> Tracepoint {
+        Tracepoint {
+            label: format!("tracepoint {}:{}", provider.name(), name),
+            provider: provider.into(),
+            name,
+            types,
+            slot,
+        }
+    }
+
+    /// Fires the probe with `args` if a tracer is attached; returns whether
+    /// it fired. Count and types are checked either way.
+    fn fire(ruby: &Ruby, rb_self: &Tracepoint, args: &[Value]) -> Result<bool, Error> {
+        if args.len() != rb_self.types.len() {
+            return Err(argument_error(
+                ruby,
+                format!(
+                    "{} takes {} argument{} {}, {} given",
+                    rb_self.label,
+                    rb_self.types.len(),
+                    if rb_self.types.len() == 1 { "" } else { "s" },
+                    arguments::signature(&rb_self.types),
+                    args.len()
+                ),
+            ));
+        }
+        let site = rb_self.slot.get();
+        // SAFETY: a site in the slot belongs to a loaded image, and the GVL we
+        // hold keeps it loaded until this method returns.
+        let fire = site.is_some_and(|site| unsafe { site.is_enabled() });
+        let mut registers = Registers::new();
+        for (index, (&arg, &value)) in rb_self.types.iter().zip(args).enumerate() {
+            registers.set(ruby, &rb_self.label, index, arg, value, fire)?;
+        }
+        if let (true, Some(site)) = (fire, site) {
+            // SAFETY: as above; string pointers in the registers stay valid
+            // until `registers` is dropped, after the call.
+            unsafe { site.fire(&registers.values) };
+        }
+        Ok(fire)
+    }
+
+    /// Whether a tracer is attached to this probe now.
+    fn is_enabled(&self) -> bool {
+        // SAFETY: as in `fire`.
+        self.slot
+            .get()
+            .is_some_and(|site| unsafe { site.is_enabled() })
+    }
+
+    fn name(ruby: &Ruby, rb_self: &Tracepoint) -> Symbol {
+        ruby.to_symbol(&rb_self.name)
+    }
+
+    fn provider(ruby: &Ruby, rb_self: &Tracepoint) -> Obj<Provider> {
+        ruby.get_inner(rb_self.provider)
+    }
+
+    fn types(ruby: &Ruby, rb_self: &Tracepoint) -> RArray {
+        let types = ruby.ary_from_iter(
+            rb_self
+                .types
+                .iter()
+                .map(|&arg| arguments::type_class(ruby, arg)),
+        );
+        types.freeze();
+        types
+    }
+}
+
+pub fn init(ruby: &Ruby) -> Result<(), Error> {
+    let class = root(ruby).define_class("Tracepoint", ruby.class_object())?;
+    class.undef_default_alloc_func();
+    class.define_method("fire", method!(Tracepoint::fire, -1))?;
+    class.define_method("enabled?", method!(Tracepoint::is_enabled, 0))?;
+    class.define_method("name", method!(Tracepoint::name, 0))?;
+    class.define_method("provider", method!(Tracepoint::provider, 0))?;
+    class.define_method("types", method!(Tracepoint::types, 0))?;
+    Ok(())
+}

@@ -1,0 +1,47 @@
+# frozen_string_literal: true
+
+require_relative "static_tracing/version"
+require_relative "static_tracing/errors"
+require "static_tracing/static_tracing"
+require_relative "static_tracing/names"
+require_relative "static_tracing/registry"
+require_relative "static_tracing/provider"
+require_relative "static_tracing/tracepoint"
+
+# USDT probes defined at run time: see README.md.
+module StaticTracing
+  @providers = Registry.new
+  @warned = {}
+
+  class << self
+    # The registry of providers, by name.
+    attr_reader :providers
+
+    # Whether probes can be loaded on this platform (Linux x86-64, aarch64).
+    def supported?
+      Native.supported?
+    end
+
+    # Called by the native side when a stub had to go somewhere other than
+    # the first stub directory: says so once for each set of reasons.
+    def warn_stub_fallback(skipped)
+      warn_once(skipped, "static_tracing: stub directory skipped: #{skipped.join("; ")}")
+    end
+
+    def warn_unsupported
+      warn_once(:unsupported, "static_tracing: USDT probes are supported on Linux x86-64 and aarch64 only; " \
+                              "on #{RUBY_PLATFORM} every tracepoint is a no-op")
+    end
+
+    private
+
+    def warn_once(key, message)
+      return if @warned[key]
+
+      @warned[key] = true
+      warn(message, uplevel: nil)
+    end
+  end
+
+  at_exit { Native.remove_files_at_exit }
+end

@@ -1,0 +1,14 @@
+# frozen_string_literal: true
+
+module StaticTracing
+  # Base class of the gem's own errors. Invalid arguments raise Ruby's
+  # ArgumentError, TypeError or RangeError instead, as core methods do.
+  class Error < StandardError; end
+
+  # A provider's stub could not be generated or loaded anywhere; the message
+  # lists every place that was tried and why it was passed over.
+  class ProviderLoadError < Error; end
+
+  # `StaticTracing.providers[name]` for a name nobody registered.
+  class ProviderMissingError < KeyError; end
+end

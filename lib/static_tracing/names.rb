@@ -1,0 +1,30 @@
+# frozen_string_literal: true
+
+module StaticTracing
+  # Provider and probe names arrive as Symbols or Strings; the native side
+  # checks them against the naming rule (Native::NAME_RULE).
+  module Names
+    module_function
+
+    # The name as a String, or an ArgumentError that states the rule.
+    def string(kind, name)
+      unless name.is_a?(Symbol) || name.is_a?(String)
+        raise ArgumentError, "#{kind} name must be a Symbol or String, got #{name.inspect}: " \
+                             "#{kind} names #{Native::NAME_RULE}"
+      end
+      string = name.to_s
+      return string if string.ascii_only? && string.valid_encoding?
+
+      raise ArgumentError, "invalid #{kind} name #{string.inspect} " \
+                           "(only letters, digits and underscores are allowed): #{kind} names #{Native::NAME_RULE}"
+    end
+
+    # The registry key for a name, or nil when it cannot name anything.
+    def key(name)
+      case name
+      when Symbol then name
+      when String then name.to_sym if name.ascii_only? && name.valid_encoding?
+      end
+    end
+  end
+end

@@ -1,0 +1,100 @@
+# frozen_string_literal: true
+
+require "monitor"
+
+module StaticTracing
+  # A probe namespace: `usdt:*:<provider>:<probe>`. One per name and process;
+  # its probes live in one generated shared object, loaded with #load.
+  #
+  #   provider = StaticTracing::Provider.register(:my_app)
+  #   hello = provider.add_tracepoint(:hello, Integer, String)
+  #   provider.load
+  #   hello.fire(42, "hi")
+  #
+  # The native half (lib/static_tracing/static_tracing.so) implements
+  # #name, #loaded?, #path and the private _declare, _load and _unload.
+  class Provider
+    class << self
+      # The provider named +name+, created on first use.
+      def register(name)
+        StaticTracing.providers.fetch_or_create(name) do |string|
+          _new(string).tap { |provider| provider.send(:setup) }
+        end
+      end
+
+      # Registers +name+ if needed and loads it.
+      def load(name)
+        register(name).load
+      end
+
+      private :_new
+    end
+
+    # Declares a probe with up to six argument types (Integer, String,
+    # Float) and returns its Tracepoint. Declaring the same name with the
+    # same types again returns the same Tracepoint. On a loaded provider the
+    # probe can be attached to as soon as this returns.
+    def add_tracepoint(name, *types)
+      string = Names.string(:probe, name)
+      key = string.to_sym
+      @lock.synchronize do
+        existing = @tracepoints[key]
+        return existing if existing && existing.types == types
+        raise ArgumentError, redeclaration_message(existing, types) if existing
+
+        @tracepoints[key] = _declare(string, types)
+      end
+    end
+
+    # Name => Tracepoint, in declaration order.
+    def tracepoints
+      @lock.synchronize { @tracepoints.dup.freeze }
+    end
+
+    # Generates the provider's stub and loads it, so tracers can attach.
+    # Does nothing (once with a warning) where USDT probes are unsupported.
+    def load
+      if StaticTracing.supported?
+        @lock.synchronize { _load }
+      else
+        StaticTracing.warn_unsupported
+      end
+      self
+    end
+
+    # Takes the stub out: its probes vanish and firing them does nothing.
+    def unload
+      @lock.synchronize { _unload }
+      self
+    end
+
+    # Unloads the provider and removes it from StaticTracing.providers.
+    def unregister
+      unload
+      StaticTracing.providers.delete(self)
+      self
+    end
+
+    def registered?
+      StaticTracing.providers.key?(name) && StaticTracing.providers[name].equal?(self)
+    end
+
+    def inspect
+      state = loaded? ? "loaded from #{path}" : "not loaded"
+      "#<#{self.class} #{name} (#{@tracepoints.size} tracepoints, #{state})>"
+    end
+    alias to_s inspect
+
+    private
+
+    def setup
+      @tracepoints = {}
+      @lock = Monitor.new
+    end
+
+    def redeclaration_message(existing, types)
+      "#{existing.label} is already declared with #{Tracepoint.signature(existing.types)}; " \
+        "cannot redeclare it with #{Tracepoint.signature(types)}"
+    end
+  end
+end

@@ -1,0 +1,22 @@
+# frozen_string_literal: true
+
+$LOAD_PATH.unshift(File.expand_path("../lib", __dir__))
+require "static_tracing"
+Dir[File.join(__dir__, "support", "*.rb")].each { |file| require file }
+
+RSpec.configure do |config|
+  config.disable_monkey_patching!
+  config.expect_with(:rspec) { |c| c.syntax = :expect }
+  config.order = :random
+  Kernel.srand config.seed
+
+  # End-to-end examples attach the real bpftrace to real processes.
+  config.include E2E::Helpers, :e2e
+  config.before(:each, :e2e) { require_tracing! }
+  config.after(:each, :e2e) { stop_started_processes }
+
+  # Providers registered by an example do not leak into the next one.
+  config.after do
+    StaticTracing.providers.to_a.each(&:unregister)
+  end
+end

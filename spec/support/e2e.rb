@@ -1,0 +1,182 @@
+# frozen_string_literal: true
+
+require "open3"
+require "timeout"
+require "rbconfig"
+
+# Drives real processes for end-to-end examples: a Ruby child that uses the
+# gem, and bpftrace attached to it. Every wait is bounded and synchronized
+# on output, never on a bare sleep; every process started is killed after
+# the example.
+module E2E
+  ROOT = File.expand_path("../..", __dir__)
+  LIB = File.join(ROOT, "lib")
+  DEFAULT_TIMEOUT = 20
+
+  class << self
+    # Why tracing cannot run here, or nil when it can.
+    def unavailable_reason
+      return @unavailable_reason if defined?(@unavailable_reason)
+
+      @unavailable_reason =
+        if !RUBY_PLATFORM.include?("linux") then "end-to-end tracing needs Linux"
+        elsif !StaticTracing.supported? then "USDT probes are not supported on #{RUBY_PLATFORM}"
+        elsif Process.euid != 0 then "bpftrace needs root (running as uid #{Process.euid})"
+        elsif !bpftrace then "bpftrace is not installed"
+        else
+          probe_bpftrace
+        end
+    end
+
+    def bpftrace
+      ENV.fetch("BPFTRACE") { %w[/usr/bin/bpftrace /usr/local/bin/bpftrace].find { |path| File.executable?(path) } }
+    end
+
+    def required?
+      ENV["STATIC_TRACING_REQUIRE_E2E"] == "1"
+    end
+
+    private
+
+    def probe_bpftrace
+      out, status = Open3.capture2e(bpftrace, "-e", 'BEGIN { printf("ok\n"); exit(); }')
+      "bpftrace cannot run here: #{out.lines.last(3).join.strip}" unless status.success? && out.include?("ok")
+    rescue SystemCallError => e
+      "bpftrace cannot run here: #{e.message}"
+    end
+  end
+
+  # A child process whose stdout and stderr are read line by line.
+  class Child
+    attr_reader :pid, :output
+
+    def initialize(*command, env: {})
+      @stdin, @stdout, @thread = Open3.popen2e(env, *command, pgroup: true)
+      @pid = @thread.pid
+      @output = +""
+      @lock = Mutex.new
+      @reader = Thread.new do
+        @stdout.each_line { |line| @lock.synchronize { @output << line } }
+      rescue IOError
+        nil
+      end
+    end
+
+    # Waits until the output matches +pattern+; returns the MatchData.
+    def wait_for(pattern, timeout: DEFAULT_TIMEOUT, from: 0)
+      deadline = monotonic + timeout
+      loop do
+        match = @lock.synchronize { @output[from..]&.match(pattern) }
+        return match if match
+        raise "#{name} exited (#{@thread.value.inspect}) before printing #{pattern.inspect}:\n#{output}" unless alive?
+        if monotonic > deadline
+          raise "timed out after #{timeout}s waiting for #{pattern.inspect} from #{name}:\n#{output}"
+        end
+
+        sleep 0.01
+      end
+    end
+
+    def puts(line)
+      @stdin.puts(line)
+      @stdin.flush
+    end
+
+    def alive?
+      @thread.alive?
+    end
+
+    # Sends +signal+ and waits for the process to exit; returns its status.
+    def stop(signal = "TERM", timeout: 10)
+      Process.kill(signal, -@pid) if alive?
+      wait(timeout:)
+    rescue Errno::ESRCH
+      wait(timeout:)
+    end
+
+    def wait(timeout: DEFAULT_TIMEOUT)
+      unless @thread.join(timeout)
+        Process.kill("KILL", -@pid)
+        @thread.join(5)
+        raise "#{name} did not exit within #{timeout}s:\n#{output}"
+      end
+      @reader.join(5)
+      @thread.value
+    end
+
+    def kill
+      Process.kill("KILL", -@pid) if alive?
+      @thread.join(5)
+    rescue Errno::ESRCH
+      nil
+    end
+
+    def name
+      "process #{@pid}"
+    end
+
+    private
+
+    def monotonic
+      Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    end
+  end
+
+  # bpftrace attached to a process: started with a BEGIN probe that prints a
+  # marker, which it only reaches once every probe is attached.
+  class Bpftrace < Child
+    READY = "STATIC_TRACING_E2E_READY"
+
+    def initialize(pid, program, timeout: DEFAULT_TIMEOUT)
+      super(E2E.bpftrace, "-p", pid.to_s, "-e", %(BEGIN { printf("#{READY}\\n"); } #{program}),
+            env: { "BPFTRACE_STRLEN" => "200" })
+      wait_for(/^#{READY}$/, timeout:)
+    end
+
+    # Stops bpftrace with SIGINT, so it prints its maps, and returns all output.
+    def finish(timeout: 10)
+      stop("INT", timeout:)
+      output
+    end
+
+    def name
+      "bpftrace (pid #{pid})"
+    end
+  end
+
+  # Helpers for examples tagged :e2e.
+  module Helpers
+    # Skips the example when tracing cannot run here, or fails it when
+    # STATIC_TRACING_REQUIRE_E2E=1 says it must.
+    def require_tracing!
+      reason = E2E.unavailable_reason or return
+      raise "end-to-end examples are required (STATIC_TRACING_REQUIRE_E2E=1) but cannot run: #{reason}" if E2E.required?
+
+      skip(reason)
+    end
+
+    def started_processes
+      @started_processes ||= []
+    end
+
+    # A Ruby child running +script+ with the gem from this checkout.
+    def ruby_process(script, env: {})
+      Child.new(RbConfig.ruby, "-I", LIB, "-r", "static_tracing", "-e", script, env:)
+           .tap { |child| started_processes << child }
+    end
+
+    def attach_bpftrace(pid, program, **options)
+      Bpftrace.new(pid, program, **options).tap { |child| started_processes << child }
+    end
+
+    # `bpftrace -l PATTERN -p PID`, as a list of lines.
+    def bpftrace_list(pid, pattern = "usdt:*")
+      out, = Open3.capture2e(E2E.bpftrace, "-l", pattern, "-p", pid.to_s)
+      out.lines.map(&:strip).grep(/^usdt:/)
+    end
+
+    def stop_started_processes
+      started_processes.reverse_each(&:kill)
+    end
+  end
+end
