@@ -2,6 +2,7 @@
 
 $LOAD_PATH.unshift(File.expand_path("../lib", __dir__))
 require "static_tracing"
+require "tmpdir"
 Dir[File.join(__dir__, "support", "*.rb")].each { |file| require file }
 
 RSpec.configure do |config|

@@ -27,7 +27,7 @@ module StaticTracing
         register(name).load
       end
 
-      private :_new
+      private :_new, :new
     end
 
     # Declares a probe with up to six argument types (Integer, String,

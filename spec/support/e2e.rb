@@ -144,6 +144,56 @@ module E2E
     end
   end
 
+  # A Ruby child that evaluates the expressions it is sent, one at a time,
+  # and answers with their values (Marshal, or #inspect when that fails).
+  class Repl < Child
+    SERVER = <<~'RUBY'
+      $stdout.sync = true
+      repl_binding = binding
+      puts "REPL_READY #{Process.pid}"
+      while (line = $stdin.gets)
+        id, code = line.chomp.split(" ", 2)
+        begin
+          value = repl_binding.eval(code.unpack1("m0"))
+          payload = begin
+            ["value", Marshal.dump(value)]
+          rescue TypeError
+            ["inspect", value.inspect]
+          end
+        rescue Exception => e # rubocop:disable Lint/RescueException
+          payload = ["error", Marshal.dump([e.class.name, e.message])]
+        end
+        puts "#{id} #{payload[0]} #{[payload[1]].pack("m0")}"
+      end
+    RUBY
+
+    def initialize(setup, env: {})
+      super(RbConfig.ruby, "-I", LIB, "-r", "static_tracing", "-e", "#{setup}\n#{SERVER}", env:)
+      wait_for(/^REPL_READY \d+$/)
+      @next_id = 0
+    end
+
+    # Evaluates +code+ in the child; returns its value, or raises RemoteError.
+    def evaluate(code, timeout: DEFAULT_TIMEOUT)
+      id = "r#{@next_id += 1}"
+      mark = output.size
+      puts("#{id} #{[code].pack("m0")}")
+      kind, payload = wait_for(/^#{id} (\w+) (\S*)$/, timeout:, from: mark).captures
+      data = payload.unpack1("m0")
+      case kind
+      when "value" then Marshal.load(data) # rubocop:disable Security/MarshalLoad
+      when "inspect" then data
+      else raise RemoteError, Marshal.load(data).join(": ") # rubocop:disable Security/MarshalLoad
+      end
+    end
+
+    def name
+      "ruby child #{pid}"
+    end
+  end
+
+  class RemoteError < StandardError; end
+
   # Helpers for examples tagged :e2e.
   module Helpers
     # Skips the example when tracing cannot run here, or fails it when
@@ -163,6 +213,33 @@ module E2E
     def ruby_process(script, env: {})
       Child.new(RbConfig.ruby, "-I", LIB, "-r", "static_tracing", "-e", script, env:)
            .tap { |child| started_processes << child }
+    end
+
+    # A Ruby child that ran +setup+ and now evaluates what it is sent.
+    def ruby_repl(setup = "", env: {})
+      Repl.new(setup, env:).tap { |child| started_processes << child }
+    end
+
+    # Waits until the block returns a truthy value, re-evaluating it; returns that value.
+    def eventually(what, timeout: DEFAULT_TIMEOUT, interval: 0.02)
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+      loop do
+        value = yield
+        return value if value
+        if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+          raise "timed out after #{timeout}s waiting until #{what}"
+        end
+
+        sleep interval
+      end
+    end
+
+    # Skips (or fails, when end-to-end runs are required) without +command+.
+    def require_command!(command)
+      return if system("command -v #{command} >/dev/null 2>&1")
+      raise "#{command} is required for end-to-end examples but is not installed" if E2E.required?
+
+      skip("#{command} is not installed")
     end
 
     def attach_bpftrace(pid, program, **options)

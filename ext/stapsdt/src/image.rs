@@ -8,8 +8,12 @@
 //! maps it: probes keep their offsets (see [`crate::elf`]) and the kernel
 //! re-installs attached uprobes, and re-raises their semaphores, when the
 //! same inode is mapped again, so a running tracer does not miss a call.
-//! After a fork a child may map the file too, and rewriting it under the
-//! child is not safe, so the image is then written to a fresh file instead.
+//!
+//! A forked child maps its parent's images too, and rewriting a file under
+//! another process is not safe. A child holds a claim on each such file for
+//! as long as it may map it (see `sys::ForkTables`), so the creator can tell:
+//! while a claim is held, a grown image goes to a fresh file instead, and an
+//! unloaded one keeps its file until nobody maps it.
 
 use crate::arch::Arch;
 use crate::elf::{self, BuildError, ImageSpec, Layout};
@@ -90,6 +94,8 @@ enum Backing {
 struct OwnedFile {
     path: PathBuf,
     creator: libc::pid_t,
+    /// No longer loaded here, but kept because another process mapped it.
+    retired: bool,
 }
 
 /// Every stub file created by this process (or, after a fork, by its
@@ -134,7 +140,11 @@ pub struct LoadedImage {
     base: usize,
     layout: Layout,
     creator: libc::pid_t,
-    forks_at_load: u64,
+    /// Forks seen at load. For a file the fork handlers do not know about
+    /// (`tracked` false), any fork since means it may be shared; the second
+    /// count does the same for forks after which a child got no claim.
+    forks_at_load: (u64, u64),
+    tracked: bool,
 }
 
 /// An image replaced by a grown one: what became of it.
@@ -213,9 +223,16 @@ impl LoadedImage {
         self.creator == sys::current_pid()
     }
 
-    /// Whether a child forked since the load may map the file as well.
+    /// Whether another process may map the file as well.
     fn maybe_shared(&self) -> bool {
-        sys::forks_so_far() != self.forks_at_load
+        let (forks, unclaimed) = sys::forks_so_far();
+        let (forks_then, unclaimed_then) = self.forks_at_load;
+        let blind = if self.tracked {
+            unclaimed != unclaimed_then
+        } else {
+            forks != forks_then
+        };
+        blind || sys::claimed_by_another_process(&self.file)
     }
 
     /// Replaces the image by the one for `spec`, which must extend the
@@ -266,6 +283,7 @@ impl LoadedImage {
             backing,
             creator,
             forks_at_load,
+            tracked,
             ..
         } = self;
         // SAFETY: the caller's guarantee. The object must be unmapped before
@@ -288,8 +306,10 @@ impl LoadedImage {
                 layout: image.layout,
                 creator,
                 forks_at_load,
+                tracked,
             })),
             Err(reason) => {
+                sys::untrack_mapped_file(&file);
                 discard(&backing);
                 // The rewrite failed half way; a fresh file elsewhere may still work.
                 match place(spec.provider, &image, candidates) {
@@ -326,11 +346,15 @@ impl LoadedImage {
     /// # Safety
     /// As for [`LoadedImage::reload`].
     pub unsafe fn unload(self) {
-        let removable = self.created_here() && !self.maybe_shared();
+        let created_here = self.created_here();
+        let removable = created_here && !self.maybe_shared();
         // SAFETY: the caller's guarantee.
         unsafe { self.library.close() };
+        sys::untrack_mapped_file(&self.file);
         if removable {
             discard(&self.backing);
+        } else if created_here {
+            retire(&self.backing);
         }
     }
 }
@@ -360,12 +384,40 @@ fn discard(backing: &Backing) {
     }
 }
 
+/// Marks a file another process still maps, to be removed once it is free.
+fn retire(backing: &Backing) {
+    if let Backing::Stub { dir, name } = backing {
+        let path = dir.join(name);
+        for file in owned_files().iter_mut().filter(|file| file.path == path) {
+            file.retired = true;
+        }
+    }
+}
+
+/// Removes the retired files of this process that nobody maps any more.
+fn remove_free_retired_files() {
+    let pid = sys::current_pid();
+    owned_files().retain(|file| {
+        if !file.retired || file.creator != pid {
+            return true;
+        }
+        let in_use =
+            File::open(&file.path).is_ok_and(|opened| sys::claimed_by_another_process(&opened));
+        if in_use {
+            return true;
+        }
+        let _ = std::fs::remove_file(&file.path);
+        false
+    });
+}
+
 /// Tries each stub directory in turn, then a memfd.
 fn place(
     provider: &str,
     image: &elf::Image,
     candidates: &[Candidate],
 ) -> Result<(LoadedImage, Vec<Skipped>), LoadError> {
+    remove_free_retired_files();
     let mut skipped = Vec::new();
     for candidate in candidates {
         let location = candidate.path.display().to_string();
@@ -419,6 +471,7 @@ fn place_in_dir(dir: &StubDir, provider: &str, image: &elf::Image) -> Result<Loa
     owned_files().push(OwnedFile {
         path: path.clone(),
         creator: pid,
+        retired: false,
     });
     let backing = Backing::Stub {
         dir: dir.path().to_owned(),
@@ -450,6 +503,7 @@ fn place_in_memfd(provider: &str, image: &elf::Image) -> Result<LoadedImage, Str
 }
 
 fn loaded_image(library: Library, file: File, backing: Backing, image: &elf::Image) -> LoadedImage {
+    let tracked = sys::track_mapped_file(&file);
     LoadedImage {
         base: library.base(),
         library,
@@ -459,5 +513,6 @@ fn loaded_image(library: Library, file: File, backing: Backing, image: &elf::Ima
         layout: image.layout,
         creator: sys::current_pid(),
         forks_at_load: sys::forks_so_far(),
+        tracked,
     }
 }

@@ -124,8 +124,15 @@ impl StubDir {
         sys::unlink_at(&self.dir, name)
     }
 
-    /// Removes the stub files of processes that no longer exist, once per
-    /// directory and process. Returns how many it removed.
+    /// Whether a process still maps the file: children of its (dead)
+    /// creator hold claims on it (see `crate::image`).
+    fn mapped_by_a_process(&self, name: &str) -> bool {
+        sys::open_at(&self.dir, name).is_ok_and(|file| sys::claimed_by_another_process(&file))
+    }
+
+    /// Removes the stub files of processes that no longer exist (unless a
+    /// surviving child still maps one), once per directory and process.
+    /// Returns how many it removed.
     pub fn sweep_once(&self) -> usize {
         static SWEPT: Mutex<Vec<(libc::pid_t, PathBuf)>> = Mutex::new(Vec::new());
         let pid = sys::current_pid();
@@ -155,7 +162,8 @@ impl StubDir {
             let Some(stub) = StubFileName::parse(name) else {
                 continue;
             };
-            if !sys::process_exists(stub.pid) && self.remove(name).is_ok() {
+            let stale = !sys::process_exists(stub.pid) && !self.mapped_by_a_process(name);
+            if stale && self.remove(name).is_ok() {
                 removed += 1;
             }
         }

@@ -3,12 +3,12 @@
 
 use std::ffi::{CStr, CString};
 use std::fs::File;
-use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::Once;
 
 /// A `dlopen` handle. Closing it is explicit ([`Library::close`]) because
@@ -150,23 +150,168 @@ pub fn page_size() -> u64 {
     }
 }
 
-static FORKS: AtomicU64 = AtomicU64::new(0);
-
-extern "C" fn count_fork_in_parent() {
-    FORKS.fetch_add(1, Ordering::SeqCst);
+/// The image files this process maps, and the claims it holds on them.
+///
+/// A forked child maps every image of its parent, and a file must not be
+/// rewritten under a process that maps it. So a child holds a *claim* on each
+/// such file: an open file description of its own carrying a read lock
+/// (`F_OFD_SETLK`). The description is opened in the parent just before the
+/// fork, so the claim exists before `fork` returns; the parent then closes its
+/// copy, which leaves the child as the only holder. The descriptor is
+/// close-on-exec, so a child that execs (as `system` does) or exits drops its
+/// claim. A creator sees claims with `F_OFD_GETLK`.
+///
+/// The tables are lock-free because the fork handlers run where a lock taken
+/// by another thread of the parent could never be released.
+struct ForkTables {
+    /// Descriptor of each mapped image file, -1 when the slot is free.
+    mapped: [AtomicI32; SLOTS],
+    /// This process's claim on that file (in children), -1 when none.
+    claim: [AtomicI32; SLOTS],
+    /// A claim opened for the child about to be forked.
+    pending: [AtomicI32; SLOTS],
 }
 
-/// How many times this process has forked since it started counting. A file
-/// loaded before the count last changed may be mapped by a child as well.
-pub fn forks_so_far() -> u64 {
+const SLOTS: usize = 4096;
+
+static TABLES: ForkTables = ForkTables {
+    mapped: [const { AtomicI32::new(-1) }; SLOTS],
+    claim: [const { AtomicI32::new(-1) }; SLOTS],
+    pending: [const { AtomicI32::new(-1) }; SLOTS],
+};
+
+/// Forks so far, and forks after which a child could not be given a claim:
+/// for images this process cannot track, any such fork means "maybe shared".
+static FORKS: AtomicU64 = AtomicU64::new(0);
+static UNCLAIMED_FORKS: AtomicU64 = AtomicU64::new(0);
+
+fn whole_file_lock(kind: libc::c_short) -> libc::flock {
+    // SAFETY: flock is a plain C struct; all-zero is a valid value (and
+    // OFD locks require l_pid to be 0).
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = kind;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    lock
+}
+
+/// Opens a new description of the file behind `fd` and read-locks it.
+fn open_claim(fd: RawFd) -> Option<RawFd> {
+    let mut path = [0u8; 32];
+    let mut cursor = std::io::Cursor::new(&mut path[..]);
+    write!(cursor, "/proc/self/fd/{fd}\0").ok()?;
+    // SAFETY: `path` is NUL-terminated; the new descriptor is ours.
+    let claim = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if claim < 0 {
+        return None;
+    }
+    let lock = whole_file_lock(libc::F_RDLCK as libc::c_short);
+    // SAFETY: F_OFD_SETLK reads the struct. Read locks never conflict.
+    if unsafe { libc::fcntl(claim, libc::F_OFD_SETLK, &lock) } != 0 {
+        // SAFETY: closing the descriptor we just opened.
+        unsafe { libc::close(claim) };
+        return None;
+    }
+    Some(claim)
+}
+
+extern "C" fn prepare_claims_before_fork() {
+    for (mapped, pending) in TABLES.mapped.iter().zip(&TABLES.pending) {
+        let fd = mapped.load(Ordering::SeqCst);
+        if fd >= 0 {
+            match open_claim(fd) {
+                Some(claim) => pending.store(claim, Ordering::SeqCst),
+                None => {
+                    UNCLAIMED_FORKS.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
+    }
+}
+
+extern "C" fn drop_claims_in_parent() {
+    FORKS.fetch_add(1, Ordering::SeqCst);
+    for pending in &TABLES.pending {
+        let claim = pending.swap(-1, Ordering::SeqCst);
+        if claim >= 0 {
+            // SAFETY: the parent's copy of a descriptor it opened before the
+            // fork; the child's copy keeps the lock alive.
+            unsafe { libc::close(claim) };
+        }
+    }
+}
+
+extern "C" fn keep_claims_in_child() {
+    for (claim, pending) in TABLES.claim.iter().zip(&TABLES.pending) {
+        let new = pending.swap(-1, Ordering::SeqCst);
+        if new >= 0 {
+            let inherited = claim.swap(new, Ordering::SeqCst);
+            if inherited >= 0 {
+                // SAFETY: this child's copy of its parent's own claim; the
+                // parent still holds that description, and the new claim
+                // stands for this child. close is async-signal-safe.
+                unsafe { libc::close(inherited) };
+            }
+        }
+    }
+}
+
+fn register_fork_handlers() {
     static REGISTER: Once = Once::new();
     REGISTER.call_once(|| {
-        // SAFETY: the handler only increments an atomic, which is safe in the
-        // narrow context fork handlers run in.
-        let status = unsafe { libc::pthread_atfork(None, Some(count_fork_in_parent), None) };
+        // SAFETY: the handlers touch only atomics and call open, fcntl and close.
+        let status = unsafe {
+            libc::pthread_atfork(
+                Some(prepare_claims_before_fork),
+                Some(drop_claims_in_parent),
+                Some(keep_claims_in_child),
+            )
+        };
         assert_eq!(status, 0, "pthread_atfork failed");
     });
-    FORKS.load(Ordering::SeqCst)
+}
+
+/// Lets future children of this process claim `file`. Returns false if it
+/// could not be tracked (more than 4096 images at once).
+pub fn track_mapped_file(file: &File) -> bool {
+    register_fork_handlers();
+    let fd = file.as_raw_fd();
+    TABLES.mapped.iter().any(|slot| {
+        slot.compare_exchange(-1, fd, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    })
+}
+
+/// Forgets `file` and drops this process's claim on it; call before closing it.
+pub fn untrack_mapped_file(file: &File) {
+    let fd = file.as_raw_fd();
+    for (mapped, claim) in TABLES.mapped.iter().zip(&TABLES.claim) {
+        if mapped.load(Ordering::SeqCst) == fd {
+            let held = claim.swap(-1, Ordering::SeqCst);
+            if held >= 0 {
+                // SAFETY: our own claim descriptor, no longer referenced.
+                unsafe { libc::close(held) };
+            }
+            mapped.store(-1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Forks so far, counting as well those after which a child holds no claim.
+pub fn forks_so_far() -> (u64, u64) {
+    (
+        FORKS.load(Ordering::SeqCst),
+        UNCLAIMED_FORKS.load(Ordering::SeqCst),
+    )
+}
+
+/// Whether another process (or another description in this one) holds a
+/// claim on `file`, that is: whether some process other than its creator maps it.
+pub fn claimed_by_another_process(file: &File) -> bool {
+    let mut lock = whole_file_lock(libc::F_WRLCK as libc::c_short);
+    // SAFETY: F_OFD_GETLK fills `lock` with a conflicting lock, or F_UNLCK.
+    let status = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut lock) };
+    // Unknown means in use: rewriting a file another process maps is unsafe.
+    status != 0 || lock.l_type != libc::F_UNLCK as libc::c_short
 }
 
 /// Creates `name` inside the directory `dir`, failing if anything (a file,
@@ -183,6 +328,19 @@ pub fn create_exclusive(dir: &File, name: &str, mode: libc::mode_t) -> io::Resul
             libc::c_uint::from(mode),
         )
     };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and is owned by no one else.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+/// Opens the file `name` of `dir` for reading, never through a link.
+pub fn open_at(dir: &File, name: &str) -> io::Result<File> {
+    let name = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: valid directory descriptor and C string; the new descriptor is ours.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }

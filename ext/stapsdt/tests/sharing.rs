@@ -1,0 +1,176 @@
+//! An image a forked child still maps is never rewritten or removed under
+//! it; one whose children exec'd or exited is treated as this process's own.
+#![cfg(target_os = "linux")]
+
+use stapsdt::elf::ImageSpec;
+use stapsdt::image::{host_page_size, LoadedImage, Reloaded};
+use stapsdt::stub_dir::Candidate;
+use stapsdt::{Arch, ProbeSpec};
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+/// Forking from a multi-threaded test binary is only sound when the child
+/// does nothing but async-signal-safe calls; the tests also run one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+struct Child(libc::pid_t);
+
+impl Child {
+    /// A child that keeps its inherited mappings until killed.
+    fn fork_and_wait() -> Child {
+        // SAFETY: the child only calls pause and _exit.
+        match unsafe { libc::fork() } {
+            0 => unsafe {
+                libc::pause();
+                libc::_exit(0)
+            },
+            pid => {
+                assert!(pid > 0, "fork failed");
+                Child(pid)
+            }
+        }
+    }
+
+    /// A child that replaces itself with `sleep`, as `system` and backticks do.
+    fn fork_and_exec_sleep() -> Child {
+        let program = c"/bin/sleep";
+        let argument = c"30";
+        let argv = [program.as_ptr(), argument.as_ptr(), std::ptr::null()];
+        // SAFETY: the child only calls execv and _exit.
+        match unsafe { libc::fork() } {
+            0 => unsafe {
+                libc::execv(program.as_ptr(), argv.as_ptr());
+                libc::_exit(127)
+            },
+            pid => {
+                assert!(pid > 0, "fork failed");
+                // The lock of the child goes away with exec; wait until the
+                // child's command line says it has exec'd.
+                let cmdline = format!("/proc/{pid}/cmdline");
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+                while !std::fs::read(&cmdline).is_ok_and(|bytes| bytes.starts_with(b"/bin/sleep")) {
+                    assert!(std::time::Instant::now() < deadline, "child did not exec");
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                Child(pid)
+            }
+        }
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        // SAFETY: plain syscalls on our own child.
+        unsafe {
+            libc::kill(self.0, libc::SIGKILL);
+            libc::waitpid(self.0, std::ptr::null_mut(), 0);
+        }
+    }
+}
+
+fn dir(name: &str) -> (Candidate, PathBuf) {
+    let path = std::env::temp_dir().join(format!("stapsdt-sharing-{}-{name}", std::process::id()));
+    (
+        Candidate {
+            path: path.clone(),
+            origin: "test",
+        },
+        path,
+    )
+}
+
+fn spec<'a>(provider: &'a str, probes: &'a [ProbeSpec]) -> ImageSpec<'a> {
+    ImageSpec {
+        provider,
+        probes,
+        arch: Arch::host().unwrap(),
+        page_size: host_page_size(),
+    }
+}
+
+fn probes() -> Vec<ProbeSpec> {
+    ["a", "b"]
+        .iter()
+        .map(|name| ProbeSpec::new(name, &[]).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_child_that_maps_the_file_forces_a_fresh_file_and_keeps_the_old_one() {
+    let _serial = SERIAL.lock().unwrap();
+    let (candidate, path) = dir("mapped");
+    let probes = probes();
+    let (image, _) = LoadedImage::load(
+        &spec("shared", &probes[..1]),
+        std::slice::from_ref(&candidate),
+    )
+    .unwrap();
+    let first = image.path();
+    let child = Child::fork_and_wait();
+
+    // SAFETY: no site of the old image is used afterwards.
+    let reloaded =
+        unsafe { image.reload(&spec("shared", &probes), std::slice::from_ref(&candidate)) };
+    let Ok(Reloaded::NewFile { image, .. }) = reloaded else {
+        panic!("rewrote a file a child maps")
+    };
+    assert_ne!(image.path(), first);
+    assert!(
+        first.exists(),
+        "the child's file stays while the child maps it"
+    );
+
+    drop(child);
+    // The next load removes the old file, now that nobody maps it.
+    let (other, _) =
+        LoadedImage::load(&spec("other", &probes), std::slice::from_ref(&candidate)).unwrap();
+    assert!(!first.exists(), "a retired file is removed once free");
+    // SAFETY: no site is used afterwards.
+    unsafe {
+        image.unload();
+        other.unload();
+    }
+    std::fs::remove_dir(path).unwrap();
+}
+
+#[test]
+fn unloading_while_a_child_maps_the_file_keeps_it_for_the_child() {
+    let _serial = SERIAL.lock().unwrap();
+    let (candidate, path) = dir("unload");
+    let probes = probes();
+    let (image, _) =
+        LoadedImage::load(&spec("kept", &probes), std::slice::from_ref(&candidate)).unwrap();
+    let file = image.path();
+    let child = Child::fork_and_wait();
+    // SAFETY: no site is used afterwards.
+    unsafe { image.unload() };
+    assert!(file.exists(), "never remove a file another process maps");
+    drop(child);
+    let (other, _) =
+        LoadedImage::load(&spec("other", &probes), std::slice::from_ref(&candidate)).unwrap();
+    assert!(!file.exists());
+    // SAFETY: no site is used afterwards.
+    unsafe { other.unload() };
+    std::fs::remove_dir(path).unwrap();
+}
+
+#[test]
+fn children_that_exec_do_not_count() {
+    let _serial = SERIAL.lock().unwrap();
+    let (candidate, path) = dir("exec");
+    let probes = probes();
+    let (image, _) =
+        LoadedImage::load(&spec("own", &probes[..1]), std::slice::from_ref(&candidate)).unwrap();
+    let first = image.path();
+    let _child = Child::fork_and_exec_sleep();
+    // SAFETY: no site of the old image is used afterwards.
+    let reloaded = unsafe { image.reload(&spec("own", &probes), std::slice::from_ref(&candidate)) };
+    let Ok(Reloaded::InPlace(image)) = reloaded else {
+        panic!("an exec'd child made the file look shared")
+    };
+    assert_eq!(image.path(), first);
+    // SAFETY: no site is used afterwards.
+    unsafe { image.unload() };
+    assert!(!first.exists());
+    std::fs::remove_dir(path).unwrap();
+}

@@ -1,0 +1,107 @@
+# frozen_string_literal: true
+
+# Real bpftrace attached to a real Ruby process that defines its probes at
+# run time. Runs as root; see spec/support/e2e.rb.
+RSpec.describe "Tracing runtime probes with bpftrace", :e2e do
+  let(:setup) do
+    <<~RUBY
+      provider = StaticTracing::Provider.register(:e2e_app)
+      hello = provider.add_tracepoint(:hello, Integer, String, Float)
+      provider.load
+    RUBY
+  end
+  let(:app) { ruby_repl(setup) }
+  let(:stub_path) { app.evaluate("provider.path") }
+
+  it "reads Integer, String and Float arguments back exactly" do
+    tracer = attach_bpftrace(app.pid, 'usdt:*:e2e_app:hello { printf("%ld|%s|%lu\n", arg0, str(arg1), arg2); }')
+    values = [[-1, "minus one"], [0, "zero"], [(2**63) - 1, "max with spaces"], [-2**63, "min"], [42, ""]]
+    fired = app.evaluate("#{values.inspect}.map { |number, text| hello.fire(number, text, 1.5) }")
+    expect(fired).to all(be(true))
+
+    lines = tracer.finish.lines.map(&:chomp).grep(/\|/)
+    float_bits = [1.5].pack("D").unpack1("Q")
+    expect(lines).to eq(values.map { |number, text| "#{number}|#{text}|#{float_bits}" })
+  end
+
+  it "passes strings up to their first NUL byte, and strings that are not NUL-terminated in Ruby" do
+    tracer = attach_bpftrace(app.pid, 'usdt:*:e2e_app:hello { printf("<%s>\n", str(arg1)); }')
+    app.evaluate('hello.fire(1, "before\0after", 0.0)')
+    app.evaluate('hello.fire(2, "a slice of a longer string"[2, 5], 0.0)')
+    app.evaluate('hello.fire(3, "frozen".freeze, 0.0)')
+    expect(tracer.finish.lines.map(&:chomp).grep(/^</)).to eq(%w[<before> <slice> <frozen>])
+  end
+
+  it "is enabled only while a tracer is attached" do
+    expect(app.evaluate("hello.enabled?")).to be(false)
+    expect(app.evaluate("hello.fire(1, 'unseen', 0.0)")).to be(false)
+    tracer = attach_bpftrace(app.pid, "usdt:*:e2e_app:hello { @hits = count(); }")
+    expect(app.evaluate("hello.enabled?")).to be(true)
+    tracer.finish
+    eventually("the probe is disabled after bpftrace exits") { app.evaluate("hello.enabled?") == false }
+    expect(app.evaluate("hello.fire(1, 'unseen', 0.0)")).to be(false)
+  end
+
+  it "is listed by bpftrace -l with -p and by bcc's tplist, and found by wildcards" do
+    app.evaluate("provider.add_tracepoint(:bye)")
+    listed = bpftrace_list(app.pid, "usdt:*:e2e_app:*")
+    expect(listed).to contain_exactly(
+      "usdt:/proc/#{app.pid}/root#{stub_path}:e2e_app:hello", "usdt:/proc/#{app.pid}/root#{stub_path}:e2e_app:bye"
+    )
+    expect(bpftrace_list(app.pid)).to include(*listed)
+
+    require_command!("tplist-bpfcc")
+    tplist, = Open3.capture2e("tplist-bpfcc", "-l", stub_path, "-vv")
+    expect(tplist).to include("e2e_app:hello", "e2e_app:bye", "8 signed   bytes @ di", "8 unsigned bytes @ si")
+
+    tracer = attach_bpftrace(app.pid, "usdt:*:e2e_app:* { @[probe] = count(); }")
+    app.evaluate("3.times { hello.fire(1, 'x', 0.0) }; provider.tracepoints[:bye].fire")
+    output = tracer.finish
+    expect(output).to include("@[usdt:/proc/#{app.pid}/root#{stub_path}:e2e_app:hello]: 3")
+    expect(output).to include("@[usdt:/proc/#{app.pid}/root#{stub_path}:e2e_app:bye]: 1")
+  end
+
+  it "makes a tracepoint added after load attachable, and keeps an attached tracer counting across the reload" do
+    counter = attach_bpftrace(app.pid, "usdt:*:e2e_app:hello { @hello = count(); }")
+    expect(app.evaluate("3.times.map { hello.fire(1, 'before', 0.0) }")).to eq([true] * 3)
+    app.evaluate("late = provider.add_tracepoint(:late, Integer)")
+    expect(app.evaluate("provider.path")).to eq(stub_path)
+    expect(app.evaluate("4.times.map { hello.fire(1, 'after', 0.0) }")).to eq([true] * 4)
+
+    expect(bpftrace_list(app.pid, "usdt:*:e2e_app:late")).to eq(["usdt:/proc/#{app.pid}/root#{stub_path}:e2e_app:late"])
+    late = attach_bpftrace(app.pid, 'usdt:*:e2e_app:late { printf("late %ld\n", arg0); }')
+    expect(app.evaluate("late.fire(77)")).to be(true)
+    expect(late.finish).to include("late 77")
+    expect(counter.finish).to include("@hello: 7")
+  end
+
+  it "removes the probes on unload; fire is then harmless, even with a tracer attached" do
+    path = stub_path
+    tracer = attach_bpftrace(app.pid, "usdt:*:e2e_app:hello { @hits = count(); }")
+    expect(app.evaluate("hello.fire(1, 'seen', 0.0)")).to be(true)
+    app.evaluate("provider.unload")
+    expect(app.evaluate("hello.fire(1, 'unseen', 0.0)")).to be(false)
+    expect(app.evaluate("hello.enabled?")).to be(false)
+    expect(bpftrace_list(app.pid, "usdt:*:e2e_app:*")).to be_empty
+    expect(File.exist?(path)).to be(false)
+    expect(tracer.finish).to include("@hits: 1")
+    expect(app.evaluate("Process.pid")).to eq(app.pid)
+  end
+
+  it "keeps the stub in a private directory as a real file, mapped without (deleted)" do
+    maps = File.readlines("/proc/#{app.pid}/maps").grep(/#{Regexp.escape(stub_path)}/)
+    expect(maps).not_to be_empty
+    expect(maps).to all(satisfy { |line| !line.include?("(deleted)") })
+    expect(maps).to all(satisfy { |line| !line.split[1].include?("wx") })
+    directory = File.stat(File.dirname(stub_path))
+    expect(directory.mode & 0o777).to eq(0o700)
+    expect(directory.uid).to eq(Process.euid)
+    expect(File.stat(stub_path)).to be_file
+  end
+
+  it "removes the stub when the process exits" do
+    path = stub_path
+    app.stop("TERM")
+    expect(File.exist?(path)).to be(false)
+  end
+end

@@ -1,0 +1,201 @@
+# frozen_string_literal: true
+
+RSpec.describe StaticTracing::Provider do
+  def maps_lines(path)
+    File.readlines("/proc/self/maps").grep(/#{Regexp.escape(path)}/)
+  end
+
+  def notes(path)
+    `readelf -n #{path} 2>&1`.scan(/Provider: (\w+)\s+Name: (\w+)/)
+  end
+
+  describe ".register" do
+    it "returns one provider per name, Symbols and Strings alike" do
+      provider = described_class.register(:my_app)
+      expect(described_class.register("my_app")).to equal(provider)
+      expect(StaticTracing.providers[:my_app]).to equal(provider)
+      expect(StaticTracing.providers["my_app"]).to equal(provider)
+      expect(provider.name).to eq(:my_app)
+      expect(StaticTracing.providers.names).to eq([:my_app])
+    end
+
+    it "refuses names that break the rule, stating it, and registers nothing" do
+      ["", "9lives", "my-app", "a b", "café", "a" * 129, "a:b", "../etc"].each do |name|
+        expect { described_class.register(name) }
+          .to raise_error(ArgumentError, /provider name .*must match .*at most 128 bytes/)
+      end
+      [nil, 42, Object.new, String].each do |name|
+        expect { described_class.register(name) }.to raise_error(ArgumentError, /must be a Symbol or String/)
+      end
+      expect(StaticTracing.providers.size).to eq(0)
+    end
+
+    it "accepts a 128-byte name" do
+      expect(described_class.register("a" * 128).name.length).to eq(128)
+    end
+  end
+
+  describe "StaticTracing.providers" do
+    it "raises ProviderMissingError, a KeyError, for unknown names" do
+      described_class.register(:known)
+      expect { StaticTracing.providers[:unknown] }.to raise_error(StaticTracing::ProviderMissingError) { |error|
+        expect(error).to be_a(KeyError)
+        expect(error.message).to include(":unknown", "known")
+        expect(error.key).to eq(:unknown)
+      }
+      expect(StaticTracing.providers.key?("known")).to be(true)
+      expect(StaticTracing.providers.key?(:unknown)).to be(false)
+    end
+  end
+
+  describe "#add_tracepoint" do
+    let(:provider) { described_class.register(:my_app) }
+
+    it "returns the existing tracepoint for the same name and types" do
+      tracepoint = provider.add_tracepoint(:hello, Integer, String)
+      expect(provider.add_tracepoint("hello", Integer, String)).to equal(tracepoint)
+      expect(provider.tracepoints).to eq(hello: tracepoint)
+      expect(tracepoint.types).to eq([Integer, String])
+      expect(tracepoint.types).to be_frozen
+    end
+
+    it "refuses the same name with other types, naming both declarations" do
+      provider.add_tracepoint(:hello, Integer, String)
+      expect { provider.add_tracepoint(:hello, Integer) }.to raise_error(
+        ArgumentError, "tracepoint my_app:hello is already declared with (Integer, String); " \
+                       "cannot redeclare it with (Integer)"
+      )
+    end
+
+    it "refuses more than six types and types other than Integer, String and Float" do
+      expect { provider.add_tracepoint(:seven, *[Integer] * 7) }
+        .to raise_error(ArgumentError, /my_app:seven declares 7 argument types; at most 6 are supported/)
+      expect { provider.add_tracepoint(:sym, Integer, Symbol) }
+        .to raise_error(ArgumentError,
+                        "tracepoint my_app:sym argument 2 type must be Integer, String or Float, got Symbol")
+      expect { provider.add_tracepoint(:inst, "String") }
+        .to raise_error(ArgumentError, /argument 1 type must be Integer, String or Float, got String \("String"\)/)
+      expect { provider.add_tracepoint(:"bad-name") }.to raise_error(ArgumentError, /invalid probe name "bad-name"/)
+      expect(provider.tracepoints).to be_empty
+    end
+
+    it "accepts six arguments of every type" do
+      tracepoint = provider.add_tracepoint(:six, Integer, String, Float, Integer, String, Float)
+      expect(tracepoint.types.size).to eq(6)
+    end
+  end
+
+  describe "#load and #unload" do
+    let(:provider) { described_class.register(:my_app) }
+
+    it "loads a real file from a private directory and removes it on unload" do
+      provider.add_tracepoint(:hello, Integer)
+      expect(provider.loaded?).to be(false)
+      expect(provider.path).to be_nil
+      expect(provider.load).to equal(provider)
+      path = provider.path
+
+      expect(provider.loaded?).to be(true)
+      expect(File.file?(path)).to be(true)
+      expect(File.basename(path)).to match(/\Amy_app-#{Process.pid}-\d+\.so\z/)
+      dir = File.stat(File.dirname(path))
+      expect(dir.mode & 0o777).to eq(0o700)
+      expect(dir.uid).to eq(Process.euid)
+      expect(maps_lines(path)).not_to be_empty
+      expect(maps_lines(path).join).not_to include("(deleted)")
+      expect(notes(path)).to eq([%w[my_app hello]])
+
+      provider.unload
+      expect(provider.loaded?).to be(false)
+      expect(provider.path).to be_nil
+      expect(File.exist?(path)).to be(false)
+      expect(maps_lines(path)).to be_empty
+    end
+
+    it "reloads in place when a tracepoint is added to a loaded provider" do
+      provider.add_tracepoint(:first, Integer)
+      provider.load
+      path = provider.path
+      inode = File.stat(path).ino
+      provider.add_tracepoint(:second, String)
+      expect(provider.path).to eq(path)
+      expect(File.stat(path).ino).to eq(inode)
+      expect(notes(path)).to eq([%w[my_app first], %w[my_app second]])
+      expect(provider.tracepoints[:second].fire("x")).to be(false)
+    end
+
+    it "is idempotent, and the provider can be loaded again after an unload" do
+      provider.add_tracepoint(:hello)
+      provider.load.load
+      first = provider.path
+      provider.unload.unload
+      provider.load
+      expect(provider.path).not_to eq(first)
+      expect(File.exist?(provider.path)).to be(true)
+    end
+
+    it "loads through Provider.load, registering the name" do
+      expect(described_class.load(:by_name)).to be_loaded
+      expect(StaticTracing.providers[:by_name]).to be_loaded
+    end
+
+    it "loads a provider without probes" do
+      expect(provider.load).to be_loaded
+    end
+  end
+
+  describe "stub directory" do
+    around do |example|
+      saved = ENV.to_h.slice("STATIC_TRACING_DIR", "XDG_RUNTIME_DIR")
+      Dir.mktmpdir do |tmp|
+        @tmp = tmp
+        example.run
+      end
+    ensure
+      %w[STATIC_TRACING_DIR XDG_RUNTIME_DIR].each { |name| ENV[name] = saved[name] }
+    end
+
+    it "uses $STATIC_TRACING_DIR, created 0700" do
+      ENV["STATIC_TRACING_DIR"] = File.join(@tmp, "stubs")
+      provider = described_class.register(:in_env_dir)
+      provider.load
+      expect(File.dirname(provider.path)).to eq(File.join(@tmp, "stubs"))
+      expect(File.stat(File.join(@tmp, "stubs")).mode & 0o777).to eq(0o700)
+    end
+
+    it "falls back past an unusable directory and says so once" do
+      ENV["STATIC_TRACING_DIR"] = File.join(@tmp, "open")
+      Dir.mkdir(ENV.fetch("STATIC_TRACING_DIR"), 0o755)
+      File.chmod(0o755, ENV.fetch("STATIC_TRACING_DIR"))
+      ENV["XDG_RUNTIME_DIR"] = @tmp
+      provider = described_class.register(:fallback)
+      expect { provider.load }.to output(/stub directory skipped: .*open \(\$STATIC_TRACING_DIR\): its mode is 0755/)
+        .to_stderr
+      expect(File.dirname(provider.path)).to eq(File.join(@tmp, "static_tracing"))
+      other = described_class.register(:fallback_again)
+      expect { other.load }.not_to output.to_stderr
+    end
+  end
+
+  describe "#unregister" do
+    it "unloads and forgets the provider; the name can be registered again" do
+      provider = described_class.register(:gone)
+      provider.add_tracepoint(:hello)
+      provider.load
+      path = provider.path
+      provider.unregister
+      expect(File.exist?(path)).to be(false)
+      expect(provider).not_to be_registered
+      expect(StaticTracing.providers.key?(:gone)).to be(false)
+      fresh = described_class.register(:gone)
+      expect(fresh).not_to equal(provider)
+      expect(fresh.tracepoints).to be_empty
+    end
+  end
+
+  it "cannot be instantiated directly" do
+    expect { described_class.new }.to raise_error(NoMethodError)
+    expect { described_class.allocate }.to raise_error(TypeError)
+    expect { described_class._new("x") }.to raise_error(NoMethodError)
+  end
+end
