@@ -19,6 +19,7 @@ use stapsdt::names::{self, NameKind};
 use stapsdt::stub_dir;
 use stapsdt::{Arch, ProbeSpec};
 use std::cell::RefCell;
+use std::collections::HashSet;
 use std::sync::Arc;
 
 #[derive(TypedData)]
@@ -33,6 +34,7 @@ impl DataTypeFunctions for Provider {}
 #[derive(Default)]
 struct State {
     probes: Vec<ProbeSpec>,
+    names: HashSet<String>,
     slots: Vec<Arc<SiteSlot>>,
     image: Option<LoadedImage>,
 }
@@ -94,13 +96,14 @@ impl Provider {
         let slot = Arc::new(SiteSlot::default());
         let outcome = {
             let mut state = rb_self.state.borrow_mut();
-            if state.probes.iter().any(|probe| probe.name() == name) {
+            if !state.names.insert(name.clone()) {
                 Err(None)
             } else {
                 state.probes.push(spec);
                 state.slots.push(slot.clone());
                 let outcome = rb_self.reload_if_loaded(&mut state).map_err(Some);
                 if outcome.is_err() {
+                    state.names.remove(&name);
                     state.probes.pop();
                     state.slots.pop();
                     state.publish_sites();
