@@ -18,10 +18,12 @@ Gem::Specification.new do |spec|
 
   spec.files = Dir[
     "README.md", "LICENSE", "Cargo.toml", "Cargo.lock",
-    "lib/**/*.rb",
+    "lib/**/*.rb", "exe/*",
     "ext/static_tracing/{Cargo.toml,extconf.rb}", "ext/static_tracing/src/**/*.rs",
     "ext/stapsdt/Cargo.toml", "ext/stapsdt/src/**/*.rs"
   ]
+  spec.bindir = "exe"
+  spec.executables = ["static-tracing"]
   spec.require_paths = ["lib"]
   spec.extensions = ["ext/static_tracing/extconf.rb"]
 end

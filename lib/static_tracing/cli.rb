@@ -1,0 +1,110 @@
+# frozen_string_literal: true
+
+require_relative "version"
+require_relative "errors"
+
+module StaticTracing
+  # The `static-tracing` executable. Each command is a Command subclass
+  # that registers itself by name; #run dispatches to it and turns errors
+  # into one line on stderr and an exit status.
+  #
+  # It deliberately loads neither the native extension nor the rest of the
+  # gem: it inspects other processes from the outside, and those may run
+  # another Ruby, or none of this gem's code but its stubs.
+  module CLI
+    # Something went wrong that the user can act on: the message says what.
+    class Error < StaticTracing::Error; end
+
+    # The command line itself is wrong.
+    class UsageError < Error; end
+
+    PROGRAM = "static-tracing"
+    EXIT_ERROR = 1
+    EXIT_USAGE = 2
+    EXIT_INTERRUPTED = 130
+
+    @commands = {}
+
+    class << self
+      # Command name => Command subclass, in the order they were defined.
+      attr_reader :commands
+
+      def register(name, command)
+        @commands[name] = command
+      end
+
+      # Runs the command line +argv+ and returns the exit status.
+      def run(argv, out: $stdout, err: $stderr, env: ENV)
+        argv = argv.dup
+        name = argv.shift
+        case name
+        when nil then usage_error(err, "no command given")
+        when "-h", "--help", "help" then help(argv.first, out, err)
+        when "-v", "--version", "version" then version(out)
+        else dispatch(name, argv, out:, err:, env:)
+        end
+      end
+
+      def help_text
+        width = commands.keys.map(&:size).max
+        lines = commands.map { |name, command| format("    %-#{width}s  %s", name, command.summary) }
+        <<~HELP
+          Usage: #{PROGRAM} COMMAND [options]
+
+          Inspects and traces the USDT probes that the static_tracing gem creates in a
+          running Ruby process.
+
+          Commands:
+          #{lines.join("\n")}
+
+          Run `#{PROGRAM} COMMAND --help` for a command's options.
+        HELP
+      end
+
+      private
+
+      def dispatch(name, argv, out:, err:, env:)
+        command = commands[name]
+        return usage_error(err, "unknown command #{name.inspect}") unless command
+
+        command.new(out:, err:, env:).run(argv)
+      rescue UsageError => e
+        report(err, "#{PROGRAM} #{name}: #{e.message} (see #{PROGRAM} #{name} --help)", EXIT_USAGE)
+      rescue Error => e
+        report(err, "#{PROGRAM}: #{e.message}", EXIT_ERROR)
+      rescue Interrupt
+        EXIT_INTERRUPTED
+      rescue Errno::EPIPE
+        0
+      end
+
+      def help(name, out, err)
+        text = name ? commands[name]&.help_text : help_text
+        return usage_error(err, "unknown command #{name.inspect}") unless text
+
+        out.print(text)
+        0
+      end
+
+      def version(out)
+        out.puts("#{PROGRAM} #{VERSION}")
+        0
+      end
+
+      def usage_error(err, message)
+        report(err, "#{PROGRAM}: #{message} (commands: #{commands.keys.join(", ")}; see #{PROGRAM} --help)",
+               EXIT_USAGE)
+      end
+
+      def report(err, message, status)
+        err.puts(message)
+        status
+      end
+    end
+  end
+end
+
+require_relative "cli/target"
+require_relative "cli/command"
+require_relative "cli/list"
+require_relative "cli/latency"

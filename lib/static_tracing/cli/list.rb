@@ -1,0 +1,117 @@
+# frozen_string_literal: true
+
+require "json"
+
+module StaticTracing
+  module CLI
+    # `static-tracing list PID`: what /proc and the stubs' notes say about a
+    # process's probes. Needs no tracer, so it also tells whether one is on.
+    class List < Command
+      command "list",
+              arguments: "PID [--json]",
+              summary: "List a process's providers and probes, and which are attached",
+              description: <<~TEXT.chomp
+                Lists the providers and probes that the static_tracing gem has loaded in process PID:
+                argument types, the stub file a tracer attaches to, and whether a tracer is attached
+                to each probe now. Reads /proc/PID/maps, the stubs' ELF notes and /proc/PID/mem;
+                needs no tracer, and root only for another user's process.
+              TEXT
+
+      NO_ARGUMENTS = "-"
+      HEADER = %w[PROBE ARGUMENTS ATTACHED].freeze
+
+      private
+
+      def define_options(parser)
+        @json = false
+        parser.on("--json", "Print JSON instead of a table") { @json = true }
+      end
+
+      def execute(args)
+        pid = pid_argument(args)
+        target = loaded_target(pid)
+        states = target.probe_states
+        @json ? out.puts(JSON.pretty_generate(document(pid, states))) : print_table(pid, target, states)
+        0
+      end
+
+      def document(pid, states)
+        providers = states.group_by(&:stub).map do |stub, probes|
+          {
+            name: stub.provider, path: stub.path, mapping: stub.mapping, memfd: stub.memfd, deleted: stub.deleted,
+            arch: stub.file.arch, load_address: format("0x%x", stub.bias),
+            probes: probes.map { |state| probe_document(state) }
+          }
+        end
+        { pid:, providers: }
+      end
+
+      def probe_document(state)
+        probe = state.probe
+        {
+          name: probe.name, args: probe.args, arg_spec: probe.arg_spec,
+          attached: state.attached, semaphore: state.semaphore, breakpoint: state.breakpoint
+        }
+      end
+
+      def print_table(pid, target, states)
+        out.puts(summary(pid, target, states))
+        rows = states.map { |state| row(state) }
+        widths = [HEADER, *rows].transpose.map { |column| column.map(&:size).max }
+        states.zip(rows).group_by { |state, _| state.stub }.each do |stub, pairs|
+          print_stub(stub, pairs.map(&:last), widths)
+        end
+        print_legend(states)
+      end
+
+      def summary(pid, target, states)
+        "PID #{pid}: #{count(target.stubs.size, "provider")}, #{count(states.size, "probe")}, " \
+          "#{states.count(&:attached)} attached"
+      end
+
+      def row(state)
+        [state.probe.name, arguments(state.probe), attached_text(state.attached)]
+      end
+
+      def print_stub(stub, rows, widths)
+        out.puts
+        out.puts("#{stub.provider}  #{stub.path}#{stub_notes(stub)}")
+        [HEADER, *rows].each do |row|
+          out.puts("  #{row.zip(widths).map { |cell, width| cell.ljust(width) }.join("  ")}".rstrip)
+        end
+      end
+
+      def stub_notes(stub)
+        notes = []
+        notes << "memfd #{stub.mapping.delete_suffix(Target::DELETED).delete_prefix("/memfd:")}" if stub.memfd
+        notes << "file deleted: #{stub.mapping.delete_suffix(Target::DELETED)}" if stub.deleted
+        notes.empty? ? "" : "  (#{notes.join("; ")})"
+      end
+
+      def print_legend(states)
+        return unless states.any? { |state| state.probe.args.include?(Arguments::POINTER_OR_BITS) }
+
+        out.puts
+        out.puts("#{Arguments::POINTER_OR_BITS}: a String pointer (str(argN) in bpftrace) or a Float's bits; " \
+                 "the stub does not record which.")
+      end
+
+      def arguments(probe)
+        args = probe.args
+        args.empty? ? NO_ARGUMENTS : args.join(", ")
+      end
+
+      def attached_text(attached)
+        case attached
+        when true then "yes"
+        when false then "no"
+        else "unknown (unloaded while read)"
+        end
+      end
+
+      def count(number, noun)
+        "#{number} #{noun}#{"s" unless number == 1}"
+      end
+    end
+  end
+end
