@@ -7,6 +7,13 @@ require_relative "static_tracing/names"
 require_relative "static_tracing/registry"
 require_relative "static_tracing/provider"
 require_relative "static_tracing/tracepoint"
+require_relative "static_tracing/switch"
+require_relative "static_tracing/method_tracing"
+require_relative "static_tracing/latency_tracer"
+require_relative "static_tracing/stack_tracer"
+require_relative "static_tracing/blocks"
+require_relative "static_tracing/signal_toggle"
+require_relative "static_tracing/configuration"
 
 # USDT probes defined at run time: see README.md.
 module StaticTracing
@@ -45,3 +52,5 @@ module StaticTracing
 
   at_exit { Native.remove_files_at_exit }
 end
+
+StaticTracing::Configuration.configure_from_environment

@@ -37,13 +37,15 @@ module StaticTracing
     def add_tracepoint(name, *types)
       string = Names.string(:probe, name)
       key = string.to_sym
-      @lock.synchronize do
+      tracepoint = @lock.synchronize do
         existing = @tracepoints[key]
         return existing if existing && existing.types == types
         raise ArgumentError, redeclaration_message(existing, types) if existing
 
         @tracepoints[key] = _declare(string, types)
       end
+      Switch.declared(self)
+      tracepoint
     end
 
     # Name => Tracepoint, in declaration order.
@@ -53,24 +55,28 @@ module StaticTracing
 
     # Generates the provider's stub and loads it, so tracers can attach.
     # Does nothing (once with a warning) where USDT probes are unsupported.
+    # A provider loaded this way stays loaded when tracing is switched off.
     def load
-      if StaticTracing.supported?
-        @lock.synchronize { _load }
-      else
-        StaticTracing.warn_unsupported
+      @lock.synchronize do
+        @explicitly_loaded = true
+        StaticTracing.supported? ? _load : StaticTracing.warn_unsupported
       end
       self
     end
 
     # Takes the stub out: its probes vanish and firing them does nothing.
     def unload
-      @lock.synchronize { _unload }
+      @lock.synchronize do
+        @explicitly_loaded = false
+        _unload
+      end
       self
     end
 
     # Unloads the provider and removes it from StaticTracing.providers.
     def unregister
       unload
+      Switch.forget(self)
       StaticTracing.providers.delete(self)
       self
     end
@@ -90,6 +96,22 @@ module StaticTracing
     def setup
       @tracepoints = {}
       @lock = Monitor.new
+      @explicitly_loaded = false
+    end
+
+    # Loads the provider for StaticTracing.enable!; true if it was not loaded.
+    def load_for_tracing
+      @lock.synchronize do
+        next false if loaded? || !StaticTracing.supported?
+
+        _load
+        true
+      end
+    end
+
+    # Unloads the provider for StaticTracing.disable!, unless it was loaded explicitly since.
+    def unload_for_tracing
+      @lock.synchronize { _unload unless @explicitly_loaded }
     end
 
     def redeclaration_message(existing, types)

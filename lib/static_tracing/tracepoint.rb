@@ -20,16 +20,30 @@ module StaticTracing
       "(#{types.map { |type| type.is_a?(Module) ? type.name : type.inspect }.join(", ")})"
     end
 
-    # Makes sure the provider is loaded, so the probe can be attached to.
+    # Makes sure the provider is loaded, so the probe can be attached to;
+    # for a method tracepoint, also wraps its method (until #unload).
     def load
       provider.load
+      MethodTracing.probes_of(self).each { |probe| MethodTracing.want(probe, :explicit) }
       self
     end
 
-    # Unloads the provider: a provider's probes are loaded and unloaded together.
+    # For a method tracepoint: removes its wrapper (unless tracing is on),
+    # the provider stays loaded. For others: unloads the provider, since a
+    # provider's probes are loaded and unloaded together.
     def unload
-      provider.unload
+      probes = MethodTracing.probes_of(self)
+      if probes.empty?
+        provider.unload
+      else
+        probes.each { |probe| MethodTracing.unwant(probe, :explicit) }
+      end
       self
+    end
+
+    # The methods whose wrapper fires this tracepoint, as "Class#method".
+    def traced_methods
+      MethodTracing.probes_of(self).map(&:label)
     end
 
     def loaded?

@@ -4,6 +4,12 @@
 use super::root;
 use magnus::{value::Lazy, Error, ExceptionClass, Module, Ruby};
 
+/// `StaticTracing::Error`, the base of the gem's own errors.
+pub fn base_error(ruby: &Ruby, message: String) -> Error {
+    static CLASS: Lazy<ExceptionClass> = Lazy::new(|ruby| root(ruby).const_get("Error").unwrap());
+    Error::new(ruby.get_inner(&CLASS), message)
+}
+
 /// `StaticTracing::ProviderLoadError`: an image could not be loaded anywhere.
 pub fn provider_load_error(ruby: &Ruby, message: String) -> Error {
     static CLASS: Lazy<ExceptionClass> =

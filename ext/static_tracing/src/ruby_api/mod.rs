@@ -12,8 +12,11 @@
 
 mod arguments;
 mod errors;
+mod frames;
 mod provider;
+mod signals;
 mod tracepoint;
+mod visibility_hooks;
 
 use magnus::{value::Lazy, Error, Module, Object, RModule, Ruby};
 
@@ -27,6 +30,10 @@ pub fn root(ruby: &Ruby) -> RModule {
 /// compares `Tracepoint#fire` against.
 fn noop(_args: &[magnus::Value]) {}
 
+fn arm_signal(ruby: &Ruby, signal: i32, wake_fd: i32) -> Result<(), Error> {
+    signals::arm(signal, wake_fd).map_err(|message| errors::base_error(ruby, message))
+}
+
 pub fn init(ruby: &Ruby) -> Result<(), Error> {
     let native = root(ruby).define_module("Native")?;
     native.define_singleton_method(
@@ -39,7 +46,15 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     )?;
     native.const_set("NAME_RULE", stapsdt::names::NAME_RULE)?;
     native.define_singleton_method("noop", magnus::function!(noop, -1))?;
+    native.define_singleton_method("arm_signal", magnus::function!(arm_signal, 2))?;
+    native.define_singleton_method("disarm_signal", magnus::function!(signals::disarm, 0))?;
+    native.define_singleton_method("armed_signal", magnus::function!(signals::armed, 0))?;
+    native.define_singleton_method("take_signals", magnus::function!(signals::take_received, 0))?;
+    native.define_singleton_method("folded_stack", magnus::function!(frames::folded_stack, 3))?;
+    native.define_singleton_method("caller_self", magnus::function!(frames::caller_self, 1))?;
+    root(ruby).define_singleton_method("nsec", magnus::function!(signals::nsec, 0))?;
     provider::init(ruby)?;
     tracepoint::init(ruby)?;
+    visibility_hooks::init(ruby)?;
     Ok(())
 }

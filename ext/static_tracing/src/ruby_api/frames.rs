@@ -1,0 +1,84 @@
+//! The Ruby stack, for StackTracer and for finding a caller's `self`.
+
+use magnus::{rb_sys::FromRawValue, RString, Ruby, Value};
+use rb_sys::{rb_debug_inspector_t, VALUE};
+use std::ffi::{c_long, c_void};
+
+/// Most frames read from the stack; deeper frames are left out (the
+/// outermost ones, since the innermost are kept).
+const MAX_FRAMES: usize = 512;
+
+/// The stack in folded form, root first: `<main>;Foo#bar;block in Baz#qux`,
+/// with `leaf` as the innermost frame in place of the `skip` innermost ones
+/// (the wrapper's own frames). Cut from the root side to `max_bytes`.
+pub fn folded_stack(ruby: &Ruby, leaf: RString, skip: usize, max_bytes: usize) -> RString {
+    let mut frames = [0 as VALUE; MAX_FRAMES];
+    let mut lines = [0i32; MAX_FRAMES];
+    // SAFETY: both buffers hold MAX_FRAMES entries. The frame VALUEs stay on
+    // this stack frame, where the conservative GC sees them.
+    let count = unsafe {
+        rb_sys::rb_profile_frames(
+            0,
+            MAX_FRAMES as i32,
+            frames.as_mut_ptr(),
+            lines.as_mut_ptr(),
+        )
+    };
+    let count = usize::try_from(count).unwrap_or(0);
+
+    // Innermost first, as long as they fit.
+    // SAFETY: `leaf` is a live String argument; the bytes are copied at once.
+    let mut kept: Vec<Vec<u8>> = vec![unsafe { leaf.as_slice() }.to_vec()];
+    let mut size = kept[0].len();
+    for &frame in frames.iter().take(count).skip(skip) {
+        // SAFETY: a frame VALUE returned by rb_profile_frames just above.
+        let label = unsafe { rb_sys::rb_profile_frame_full_label(frame) };
+        let Some(label) = RString::from_value(unsafe { Value::from_raw(label) }) else {
+            continue;
+        };
+        // SAFETY: copied before any other Ruby call.
+        let bytes = unsafe { label.as_slice() }.to_vec();
+        if size + 1 + bytes.len() > max_bytes {
+            break;
+        }
+        size += 1 + bytes.len();
+        kept.push(bytes);
+    }
+    let mut folded = Vec::with_capacity(size);
+    for (index, frame) in kept.iter().rev().enumerate() {
+        if index > 0 {
+            folded.push(b';');
+        }
+        folded.extend_from_slice(frame);
+    }
+    folded.truncate(max_bytes);
+    ruby.str_from_slice(&folded)
+}
+
+unsafe extern "C" fn frame_self(context: *const rb_debug_inspector_t, data: *mut c_void) -> VALUE {
+    // SAFETY: `data` points at the depth passed to rb_debug_inspector_open
+    // below, and `context` is live for the duration of this callback. The
+    // index is checked first: an out-of-range one would raise, and raising
+    // through this frame is not allowed.
+    unsafe {
+        let depth = *data.cast::<c_long>();
+        let locations = rb_sys::rb_debug_inspector_backtrace_locations(context);
+        if depth >= rb_sys::RARRAY_LEN(locations) {
+            return rb_sys::Qnil as VALUE;
+        }
+        rb_sys::rb_debug_inspector_frame_self_get(context, depth)
+    }
+}
+
+/// `self` of the frame `depth` levels up the stack (0: the method calling
+/// this one), or nil. Slow; meant for declarations, not for hot paths.
+pub fn caller_self(depth: usize) -> Value {
+    // Frame 0 is this native method itself.
+    let mut depth = (depth + 1) as c_long;
+    // SAFETY: `frame_self` only reads `depth` and queries the live context.
+    let value = unsafe {
+        rb_sys::rb_debug_inspector_open(Some(frame_self), (&mut depth as *mut c_long).cast())
+    };
+    // SAFETY: a VALUE returned by the VM.
+    unsafe { Value::from_raw(value) }
+}

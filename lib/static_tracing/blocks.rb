@@ -1,0 +1,118 @@
+# frozen_string_literal: true
+
+module StaticTracing
+  # Probes around blocks and single methods: StaticTracing.latency and
+  # StaticTracing.tracepoint. Each call site's tracepoint is declared on its
+  # first call and then found again without allocating.
+  module Blocks
+    # Stands for "no type given" in StaticTracing.tracepoint's optional arguments.
+    NONE = Object.new.freeze
+
+    # A declared block probe and the types it was declared with.
+    Entry = Struct.new(:tracepoint, :type1, :type2, :type3, :type4, :type5, :type6) do
+      def declared_with?(type1, type2, type3, type4, type5, type6) # rubocop:disable Metrics/ParameterLists
+        type1.equal?(self.type1) && type2.equal?(self.type2) && type3.equal?(self.type3) &&
+          type4.equal?(self.type4) && type5.equal?(self.type5) && type6.equal?(self.type6)
+      end
+    end
+
+    @latency = Hash.new { |hash, provider| hash[provider] = {} }
+    @custom = Hash.new { |hash, provider| hash[provider] = {} }
+
+    class << self
+      def latency_tracepoint(provider, name)
+        @latency[provider][name] ||
+          STATE_LOCK.synchronize { @latency[provider][name] ||= Tracepoint.new(provider, name, Integer) }
+      end
+
+      def custom_tracepoint(provider, name, type1, type2, type3, type4, type5, type6) # rubocop:disable Metrics/ParameterLists
+        entry = @custom[provider][name]
+        return entry.tracepoint if entry&.declared_with?(type1, type2, type3, type4, type5, type6)
+
+        types = [type1, type2, type3, type4, type5, type6].take_while { |type| !NONE.equal?(type) }
+        STATE_LOCK.synchronize do
+          tracepoint = Tracepoint.new(provider, name, *types)
+          @custom[provider][name] = Entry.new(tracepoint, type1, type2, type3, type4, type5, type6)
+          tracepoint
+        end
+      end
+
+      # The provider name of code running with +receiver+ as self.
+      def provider_of(receiver)
+        owner = receiver.is_a?(Module) ? receiver : receiver.class
+        MethodTracing.provider_name_for(owner) or
+          raise ArgumentError, "cannot name a provider after #{owner.inspect}: give one with provider:"
+      end
+    end
+  end
+
+  class << self
+    # Latency, in nanoseconds, as arg0 of a probe:
+    #
+    #   StaticTracing.latency(name: :load_users) { User.all.to_a }  # a block; provider: the caller's class
+    #   StaticTracing.latency(name: :load_users, provider: :db) { ... }
+    #   StaticTracing.latency(:my_func)                # in a class body: wraps that method
+    #   StaticTracing.latency(MyClass, :my_func, provider: :x)       # anywhere
+    #
+    # The block form runs the block exactly once and returns its value; the
+    # probe fires even when the block raises. Without provider: it finds the
+    # caller's class through the block's binding, which costs an allocation
+    # per call while tracing is on; with provider: it allocates nothing.
+    def latency(target = nil, method_name = nil, name: nil, provider: nil, &block)
+      return trace_method_latency(target, method_name, provider) if target
+      raise ArgumentError, "StaticTracing.latency needs name: and a block, or a method to trace" unless block && name
+      return yield unless Switch.enabled?
+
+      tracepoint = Blocks.latency_tracepoint(provider || Blocks.provider_of(block.binding.receiver), name)
+      return yield unless tracepoint.enabled?
+
+      begin
+        started = nsec
+        yield
+      ensure
+        tracepoint.fire(nsec - started)
+      end
+    end
+
+    # A probe whose arguments are computed only while a tracer is attached:
+    #
+    #   StaticTracing.tracepoint(:my_provider, :my_probe, Float, String) do
+    #     [compute_a_float, describe_something]
+    #   end
+    #
+    # Declared on first call, with up to six types. The block runs only
+    # while a tracer is attached; what it returns (an Array of the values, or
+    # the value itself for a one-argument probe) is checked against the
+    # types, fired, and returned. Returns nil, without running the block,
+    # when no tracer is attached.
+    def tracepoint(provider, name, type1 = Blocks::NONE, type2 = Blocks::NONE, type3 = Blocks::NONE, # rubocop:disable Metrics/ParameterLists
+                   type4 = Blocks::NONE, type5 = Blocks::NONE, type6 = Blocks::NONE)
+      raise ArgumentError, "StaticTracing.tracepoint needs a block computing the values to fire" unless block_given?
+
+      tracepoint = Blocks.custom_tracepoint(provider, name, type1, type2, type3, type4, type5, type6)
+      return nil unless tracepoint.enabled?
+
+      result = yield
+      if Blocks::NONE.equal?(type1)
+        tracepoint.fire
+      elsif result.is_a?(Array)
+        tracepoint.fire(*result)
+      else
+        tracepoint.fire(result)
+      end
+      result
+    end
+
+    private
+
+    def trace_method_latency(target, method_name, provider)
+      owner, method_name = method_name.nil? ? [Native.caller_self(2), target] : [target, method_name]
+      unless owner.is_a?(Module) && (method_name.is_a?(Symbol) || method_name.is_a?(String))
+        raise ArgumentError, "StaticTracing.latency(:method) goes in a class body; " \
+                             "elsewhere use StaticTracing.latency(SomeClass, :method)"
+      end
+      MethodTracing.trace(owner, kind: LatencyTracer::KIND, provider:, only: [method_name.to_sym], inherited: false)
+      nil
+    end
+  end
+end

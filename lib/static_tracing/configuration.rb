@@ -1,0 +1,142 @@
+# frozen_string_literal: true
+
+module StaticTracing
+  # When tracing turns on and off by itself.
+  #
+  #   StaticTracing::Configuration.mode = StaticTracing::Configuration::Modes::SIGNAL
+  #   StaticTracing::Configuration.signal = StaticTracing::Configuration::Modes::SIGNALS::SIGTRAP
+  #
+  # ON: method tracepoints are wrapped at once, providers load as their
+  # tracepoints are declared. OFF: nothing happens by itself (call
+  # StaticTracing.enable!/disable!, or load providers). SIGNAL (the default):
+  # off until the process receives the signal, then as ON until it receives
+  # it again. STATIC_TRACING_MODE and STATIC_TRACING_SIGNAL set both when the
+  # gem is loaded.
+  module Configuration
+    module Modes
+      ON = :on
+      OFF = :off
+      SIGNAL = :signal
+      ALL = [ON, OFF, SIGNAL].freeze
+
+      # The signals that may toggle tracing, as SIGNALS::SIGTRAP => "TRAP".
+      module SIGNALS
+        # Uncatchable, or used by Ruby itself.
+        RESERVED = %w[KILL STOP SEGV BUS ILL FPE VTALRM].freeze
+
+        Signal.list.each_key do |name|
+          const_set(:"SIG#{name}", name.dup.freeze) unless name == "EXIT" || RESERVED.include?(name)
+        end
+
+        def self.names
+          constants.grep(/\ASIG/).map { |constant| const_get(constant) }.uniq.sort_by { |name| Signal.list[name] }
+        end
+      end
+    end
+
+    DEFAULT_MODE = Modes::SIGNAL
+    DEFAULT_SIGNAL = Modes::SIGNALS::SIGTRAP
+
+    class << self
+      # The mode: :on, :off or :signal.
+      attr_reader :mode
+
+      # The toggle signal's name, e.g. "TRAP".
+      attr_reader :signal
+
+      # Accepts Modes::ON, OFF, SIGNAL, or their names as Strings or Symbols
+      # in any case. Takes effect at once.
+      def mode=(value)
+        apply(parse_mode(value, "mode"), @signal)
+      end
+
+      # Accepts "TRAP", "SIGTRAP", :TRAP, :SIGTRAP or a signal number. Takes
+      # effect at once; the previous signal's handler is given back.
+      def signal=(value)
+        apply(@mode, parse_signal(value, "signal"))
+      end
+
+      # The toggle signal's number.
+      def signal_number
+        Signal.list.fetch(@signal)
+      end
+
+      # Sets mode and signal from STATIC_TRACING_MODE and STATIC_TRACING_SIGNAL,
+      # defaulting to SIGNAL and TRAP.
+      def configure_from_environment(env = ENV)
+        mode = if env["STATIC_TRACING_MODE"].to_s.empty?
+                 DEFAULT_MODE
+               else
+                 parse_mode(env["STATIC_TRACING_MODE"],
+                            "STATIC_TRACING_MODE")
+               end
+        signal = if env["STATIC_TRACING_SIGNAL"].to_s.empty?
+                   DEFAULT_SIGNAL
+                 else
+                   parse_signal(env["STATIC_TRACING_SIGNAL"],
+                                "STATIC_TRACING_SIGNAL")
+                 end
+        apply(mode, signal)
+      end
+
+      def parse_mode(value, setting)
+        mode = value.to_s.downcase.to_sym if value.is_a?(String) || value.is_a?(Symbol)
+        return mode if Modes::ALL.include?(mode)
+
+        raise ArgumentError, "invalid #{setting} #{value.inspect}: valid modes are :on, :off and :signal " \
+                             "(StaticTracing::Configuration::Modes::ON, OFF, SIGNAL)"
+      end
+
+      def parse_signal(value, setting)
+        name = signal_name(value)
+        if name && Modes::SIGNALS::RESERVED.include?(name)
+          raise ArgumentError, "invalid #{setting} #{value.inspect}: SIG#{name} cannot toggle tracing " \
+                               "(#{Modes::SIGNALS::RESERVED.map { |n| "SIG#{n}" }.join(", ")} are uncatchable " \
+                               "or used by Ruby); valid signals are #{valid_signals}"
+        end
+        return name if name && Modes::SIGNALS.names.include?(name)
+
+        raise ArgumentError, "invalid #{setting} #{value.inspect}: valid signals are #{valid_signals}, " \
+                             "given as \"TRAP\", \"SIGTRAP\", :TRAP or a number"
+      end
+
+      private
+
+      def signal_name(value)
+        case value
+        when Integer then Signal.signame(value) if value.positive?
+        when String, Symbol
+          name = value.to_s.upcase.delete_prefix("SIG")
+          Signal.signame(Signal.list[name]) if Signal.list.key?(name) && name != "EXIT"
+        end
+      end
+
+      def valid_signals
+        Modes::SIGNALS.names.map { |name| "SIG#{name}" }.join(", ")
+      end
+
+      def apply(mode, signal)
+        previous_mode = @mode
+        @mode = mode
+        @signal = signal
+        case mode
+        when Modes::ON
+          SignalToggle.release
+          StaticTracing.enable!
+        when Modes::OFF
+          SignalToggle.release
+          StaticTracing.disable! unless previous_mode == Modes::OFF
+        when Modes::SIGNAL
+          StaticTracing.disable! unless previous_mode == Modes::SIGNAL
+          SignalToggle.take(signal)
+        end
+      end
+    end
+  end
+
+  # Sets the configuration in a block: StaticTracing.configure { |c| c.mode = ...; c.signal = ... }
+  def self.configure
+    yield Configuration
+    Configuration
+  end
+end

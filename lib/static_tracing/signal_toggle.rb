@@ -1,0 +1,135 @@
+# frozen_string_literal: true
+
+require "io/wait"
+
+module StaticTracing
+  # Toggles tracing when the configured signal arrives.
+  #
+  # The signal handler (native, installed with signal-hook-registry and
+  # chained with the handler that was there) only counts the signal and
+  # writes a byte to a pipe. A thread of this process waits on the pipe and
+  # applies the toggles, with the GVL held, as soon as the scheduler lets it:
+  # also while the main thread is busy or blocked. An odd number of signals
+  # received together toggles once, an even number not at all. In a forked
+  # child the thread is started again.
+  module SignalToggle
+    # Signals for which Ruby installs a handler of its own that raises
+    # SignalException: taking one of them must not chain to that handler.
+    RUBY_HANDLED = %w[HUP INT QUIT TERM ALRM USR1 USR2].freeze
+
+    @lock = Mutex.new
+    @signal = nil
+    @received = 0
+
+    class << self
+      # The signal toggling tracing now, or nil.
+      attr_reader :signal
+
+      # Signals applied since the process started (or forked).
+      attr_reader :received
+
+      def take(signal)
+        @lock.synchronize do
+          return if @signal == signal && @watcher&.alive?
+
+          release_locked
+          ruby_previous = quiet_ruby_default(signal)
+          reader, writer = IO.pipe
+          begin
+            Native.arm_signal(Signal.list.fetch(signal), writer.fileno)
+          rescue StandardError
+            [reader, writer].each(&:close)
+            Signal.trap(signal, ruby_previous) if ruby_previous
+            raise
+          end
+          @signal = signal
+          @ruby_previous = ruby_previous
+          @pipe = [reader, writer]
+          @watcher = start_watcher(reader)
+        end
+      end
+
+      # Gives the signal back: the handler that was there before handles it again.
+      def release
+        @lock.synchronize { release_locked }
+      end
+
+      # In a forked child: the watcher thread did not survive the fork, and
+      # the pipe is shared with the parent. Gives the child its own.
+      def restart_after_fork
+        @lock = Mutex.new
+        return unless @signal
+
+        @pipe&.each { |io| io.close unless io.closed? }
+        reader, writer = IO.pipe
+        Native.arm_signal(Signal.list.fetch(@signal), writer.fileno)
+        @pipe = [reader, writer]
+        @received = 0
+        @watcher = start_watcher(reader)
+      end
+
+      private
+
+      def release_locked
+        return unless @signal
+
+        Native.disarm_signal
+        Signal.trap(@signal, @ruby_previous) if @ruby_previous
+        @watcher&.kill
+        @pipe&.each { |io| io.close unless io.closed? }
+        @signal = @ruby_previous = @watcher = @pipe = nil
+      end
+
+      # Ruby's own handler for these signals raises SignalException; that is
+      # the default the application did not choose, so it is set aside (and
+      # given back on release). A trap the application installed stays, and
+      # is chained.
+      def quiet_ruby_default(signal)
+        return unless RUBY_HANDLED.include?(signal)
+
+        previous = Signal.trap(signal, "IGNORE")
+        if [nil, "DEFAULT", "SYSTEM_DEFAULT"].include?(previous)
+          Signal.trap(signal, "SYSTEM_DEFAULT")
+          previous || "DEFAULT"
+        else
+          Signal.trap(signal, previous)
+          nil
+        end
+      end
+
+      def start_watcher(reader)
+        Thread.new do
+          Thread.current.name = "static_tracing signal"
+          Thread.current.report_on_exception = false
+          loop do
+            apply(Native.take_signals)
+            reader.wait_readable
+            reader.read_nonblock(4096, exception: false)
+          end
+        rescue IOError
+          nil # released: the pipe was closed
+        end
+      end
+
+      def apply(count)
+        return if count.zero?
+
+        @received += count
+        StaticTracing.toggle! if count.odd?
+      rescue StandardError => e
+        warn("static_tracing: toggling tracing on SIG#{@signal} failed: #{e.class}: #{e.message}")
+      end
+    end
+  end
+
+  # Process._fork is the one hook every fork goes through (Kernel#fork,
+  # Process.fork, IO.popen("-")); the child gets its own signal thread.
+  module ForkHook
+    def _fork
+      pid = super
+      StaticTracing::SignalToggle.restart_after_fork if pid.zero?
+      pid
+    end
+  end
+  Process.singleton_class.prepend(ForkHook)
+end

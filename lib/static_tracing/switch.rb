@@ -1,0 +1,123 @@
+# frozen_string_literal: true
+
+require "monitor"
+
+module StaticTracing
+  # Guards the tracing state (Switch, MethodTracing): the signal thread and
+  # class bodies change it concurrently. Providers lock themselves, inside it.
+  STATE_LOCK = Monitor.new
+
+  # Whether tracing is on: method tracepoints wrapped, providers loaded.
+  #
+  # Turning it on wraps every method tracepoint and loads every provider
+  # with tracepoints; while it is on, new tracepoints are wrapped and their
+  # providers loaded as they are declared. Turning it off removes the
+  # wrappers and unloads the providers it loaded; a provider loaded with
+  # Provider#load stays loaded.
+  module Switch
+    @lock = StaticTracing::STATE_LOCK
+    @enabled = false
+    @loaded_by_switch = {}.compare_by_identity
+    @deferred = nil
+
+    class << self
+      def enabled?
+        @enabled
+      end
+
+      def enable!
+        @lock.synchronize do
+          return false if @enabled
+
+          @enabled = true
+          MethodTracing.arm_all
+          StaticTracing.providers.each { |provider| load_for_tracing(provider) }
+          true
+        end
+      end
+
+      def disable!
+        @lock.synchronize do
+          return false unless @enabled
+
+          @enabled = false
+          MethodTracing.disarm_all
+          @loaded_by_switch.each_key { |provider| provider.send(:unload_for_tracing) }
+          @loaded_by_switch.clear
+          true
+        end
+      end
+
+      def toggle!
+        @lock.synchronize { @enabled ? disable! : enable! }
+        @enabled
+      end
+
+      # Called once tracepoints have been declared on +provider+.
+      def declared(provider)
+        @lock.synchronize do
+          next unless @enabled
+
+          if @deferred
+            @deferred[provider] = true
+          else
+            load_for_tracing(provider)
+          end
+        end
+      end
+
+      # Loads each provider declared in the block once, at its end, rather
+      # than after each declaration.
+      def batch
+        @lock.synchronize do
+          return yield if @deferred
+
+          @deferred = {}.compare_by_identity
+          begin
+            yield
+          ensure
+            deferred = @deferred
+            @deferred = nil
+            deferred.each_key { |provider| load_for_tracing(provider) } if @enabled
+          end
+        end
+      end
+
+      # Forgets a provider that is being unregistered.
+      def forget(provider)
+        @lock.synchronize { @loaded_by_switch.delete(provider) }
+      end
+
+      private
+
+      def load_for_tracing(provider)
+        return if provider.tracepoints.empty?
+
+        @loaded_by_switch[provider] = true if provider.send(:load_for_tracing)
+      end
+    end
+  end
+
+  class << self
+    # Turns tracing on by hand (any mode): wraps method tracepoints, loads providers.
+    def enable!
+      Switch.enable!
+      enabled?
+    end
+
+    # Turns tracing off by hand: wrappers removed, providers it loaded unloaded.
+    def disable!
+      Switch.disable!
+      enabled?
+    end
+
+    # Turns tracing on if it is off, off if it is on; returns the new state.
+    def toggle!
+      Switch.toggle!
+    end
+
+    def enabled?
+      Switch.enabled?
+    end
+  end
+end
