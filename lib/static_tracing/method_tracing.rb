@@ -84,18 +84,18 @@ module StaticTracing
     # costs the is-enabled check and the return through it, nothing else.
     TEMPLATES = {
       latency: <<~'RUBY',
-        return %<super>s unless %<tracepoint>s.enabled?
+        return %{super} unless %{tracepoint}.enabled?
         __static_tracing_started = StaticTracing.nsec
         begin
-          %<super>s
+          %{super}
         ensure
-          %<tracepoint>s.fire(StaticTracing.nsec - __static_tracing_started)
+          %{tracepoint}.fire(StaticTracing.nsec - __static_tracing_started)
         end
       RUBY
       stack: <<~'RUBY'
-        return %<super>s unless %<tracepoint>s.enabled?
-        %<tracepoint>s.fire(StaticTracing::Native.folded_stack(%<label>s, 1, StaticTracing::StackTracer.max_bytes))
-        %<super>s
+        return %{super} unless %{tracepoint}.enabled?
+        %{tracepoint}.fire(StaticTracing::Native.folded_stack(%{label}, 1, StaticTracing::StackTracer.max_bytes))
+        %{super}
       RUBY
     }.freeze
 

@@ -13,10 +13,14 @@ module StaticTracing
                              "#{kind} names #{Native::NAME_RULE}"
       end
       string = name.to_s
-      return string if string.ascii_only? && string.valid_encoding?
+      unless string.ascii_only? && string.valid_encoding?
+        raise ArgumentError, "invalid #{kind} name #{string.inspect} " \
+                             "(only letters, digits and underscores are allowed): #{kind} names #{Native::NAME_RULE}"
+      end
+      problem = Native.name_problem(kind.to_s, string)
+      raise ArgumentError, problem if problem
 
-      raise ArgumentError, "invalid #{kind} name #{string.inspect} " \
-                           "(only letters, digits and underscores are allowed): #{kind} names #{Native::NAME_RULE}"
+      string
     end
 
     # The registry key for a name, or nil when it cannot name anything.

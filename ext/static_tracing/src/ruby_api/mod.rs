@@ -19,6 +19,7 @@ mod tracepoint;
 mod visibility_hooks;
 
 use magnus::{value::Lazy, Error, Module, Object, RModule, Ruby};
+use stapsdt::names::NameKind;
 
 /// `StaticTracing`, defined by `lib/static_tracing.rb` before the extension loads.
 pub fn root(ruby: &Ruby) -> RModule {
@@ -29,6 +30,18 @@ pub fn root(ruby: &Ruby) -> RModule {
 /// Does nothing: the cost of a call into this extension, which `rake bench`
 /// compares `Tracepoint#fire` against.
 fn noop(_args: &[magnus::Value]) {}
+
+/// The naming rule's verdict on `name`: nil when valid, else the message.
+fn name_problem(kind: String, name: String) -> Option<String> {
+    let kind = if kind == "provider" {
+        NameKind::Provider
+    } else {
+        NameKind::Probe
+    };
+    stapsdt::names::validate(kind, &name)
+        .err()
+        .map(|err| err.to_string())
+}
 
 fn arm_signal(ruby: &Ruby, signal: i32, wake_fd: i32) -> Result<(), Error> {
     signals::arm(signal, wake_fd).map_err(|message| errors::base_error(ruby, message))
@@ -45,6 +58,7 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
         magnus::function!(provider::remove_files_at_exit, 0),
     )?;
     native.const_set("NAME_RULE", stapsdt::names::NAME_RULE)?;
+    native.define_singleton_method("name_problem", magnus::function!(name_problem, 2))?;
     native.define_singleton_method("noop", magnus::function!(noop, -1))?;
     native.define_singleton_method("arm_signal", magnus::function!(arm_signal, 2))?;
     native.define_singleton_method("disarm_signal", magnus::function!(signals::disarm, 0))?;
