@@ -68,7 +68,8 @@ RSpec.describe "Method tracing" do
       end
       expect(tracepoints(:web).keys).to eq([:index])
       expect(StaticTracing.providers.key?(:mt_explicit)).to be(false)
-      expect { StaticTracing::LatencyTracer.with(provider: "bad-name") }.to raise_error(ArgumentError, /invalid provider name/)
+      expect { StaticTracing::LatencyTracer.with(provider: "bad-name") }
+        .to raise_error(ArgumentError, /invalid provider name/)
     end
 
     it "wraps nothing until tracing is enabled, and unwraps everything when it is disabled" do
@@ -179,18 +180,18 @@ RSpec.describe "Method tracing" do
       klass = define_class(:MtPassThrough) do
         include StaticTracing::LatencyTracer
         define_method(:fail) { raise error }
-        def echo(*args, **kw, &block) = [args, kw, block&.call]
+        def echo(*args, **options, &block) = [args, options, block&.call]
         def same(object) = object
       end
       object = klass.new
       expect(object.echo(1, { a: 1 }, b: 2) { :blk }).to eq([[1, { a: 1 }], { b: 2 }, :blk])
       payload = +"payload"
       expect(object.same(payload)).to equal(payload)
-      expect { object.fail }.to raise_error { |raised| expect(raised).to equal(error) }
+      expect { object.fail }.to(raise_error { |raised| expect(raised).to equal(error) })
     end
 
     it "never breaks the class being defined, and says why a method is not traced" do
-      long = :"#{'m' * 129}"
+      long = :"#{"m" * 129}"
       expect do
         define_class(:MtHostile) do
           include StaticTracing::LatencyTracer
@@ -239,7 +240,7 @@ RSpec.describe "Method tracing" do
         expect(runs).to eq(1)
         error = RuntimeError.new("inside")
         expect { StaticTracing.latency(name: :block, provider: :mt_blocks) { raise error } }
-          .to raise_error { |raised| expect(raised).to equal(error) }
+          .to(raise_error { |raised| expect(raised).to equal(error) })
       end
       expect(StaticTracing.providers[:mt_blocks].tracepoints[:block].types).to eq([Integer])
     end
@@ -296,7 +297,8 @@ RSpec.describe "Method tracing" do
       first = StaticTracing.nsec
       expect(first).to be_an(Integer)
       expect(StaticTracing.nsec).to be >= first
-      expect((StaticTracing.nsec - Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)).abs).to be < 1_000_000_000
+      clock = Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)
+      expect((StaticTracing.nsec - clock).abs).to be < 1_000_000_000
     end
   end
 
