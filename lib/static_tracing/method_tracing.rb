@@ -52,12 +52,24 @@ module StaticTracing
     end
 
     # The module prepended to a class to hold its wrappers of one kind.
+    # Named under StaticTracing::Wrappers (MyController_latency), which
+    # shows in `ancestors` and lets folded stacks leave wrapper frames out.
     class Wrappers < Module
       def initialize(owner, kind)
         super()
         @owner = owner
         @kind = kind
         @constants = {}
+        StaticTracing::Wrappers.const_set(self.class.constant_name(owner, kind), self)
+      end
+
+      # Admin::UsersController, :latency => "Admin_UsersController_latency",
+      # with a number added if that is taken (by a reloaded class).
+      def self.constant_name(owner, kind)
+        base = "#{(owner.name || "Anonymous").gsub("::", "_").delete("^A-Za-z0-9_")}_#{kind}"
+        base = "W#{base}" unless base.match?(/\A[A-Z]/)
+        names = Enumerator.produce(2) { |n| n + 1 }.lazy.map { |n| "#{base}_#{n}" }
+        [base].chain(names).find { |name| !StaticTracing::Wrappers.const_defined?(name, false) }
       end
 
       # A constant of this module holding +value+ for +method_name+, by name:
@@ -72,11 +84,6 @@ module StaticTracing
       def defines?(method_name)
         method_defined?(method_name, false) || private_method_defined?(method_name, false)
       end
-
-      def inspect
-        "#<StaticTracing #{@kind} wrappers for #{@owner.inspect}>"
-      end
-      alias to_s inspect
     end
 
     # Wrapper bodies, by kind. %{super} calls the original method with the

@@ -8,9 +8,15 @@ use std::ffi::{c_long, c_void};
 /// outermost ones, since the innermost are kept).
 const MAX_FRAMES: usize = 512;
 
-/// The stack in folded form, root first: `<main>;Foo#bar;block in Baz#qux`,
-/// with `leaf` as the innermost frame in place of the `skip` innermost ones
-/// (the wrapper's own frames). Cut from the root side to `max_bytes`.
+/// Where the modules holding method wrappers are named (by
+/// lib/static_tracing/method_tracing.rb); their frames are not the
+/// application's, so folded stacks leave them out.
+pub const WRAPPERS_NAMESPACE: &str = "StaticTracing::Wrappers";
+
+/// The stack in folded form, root first: `<main>;Foo#bar;Baz#qux`, with
+/// `leaf` as the innermost frame in place of the `skip` innermost ones (this
+/// function's own), and without wrapper frames. Cut from the root side to
+/// `max_bytes`.
 pub fn folded_stack(ruby: &Ruby, leaf: RString, skip: usize, max_bytes: usize) -> RString {
     let mut frames = [0 as VALUE; MAX_FRAMES];
     let mut lines = [0i32; MAX_FRAMES];
@@ -38,6 +44,11 @@ pub fn folded_stack(ruby: &Ruby, leaf: RString, skip: usize, max_bytes: usize) -
         };
         // SAFETY: copied before any other Ruby call.
         let bytes = unsafe { label.as_slice() }.to_vec();
+        if bytes.starts_with(WRAPPERS_NAMESPACE.as_bytes())
+            && bytes.get(WRAPPERS_NAMESPACE.len()) == Some(&b':')
+        {
+            continue;
+        }
         if size + 1 + bytes.len() > max_bytes {
             break;
         }

@@ -67,6 +67,10 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     native.define_singleton_method("folded_stack", magnus::function!(frames::folded_stack, 3))?;
     native.define_singleton_method("caller_self", magnus::function!(frames::caller_self, 1))?;
     root(ruby).define_singleton_method("nsec", magnus::function!(signals::nsec, 0))?;
+    let wrappers = frames::WRAPPERS_NAMESPACE
+        .strip_prefix("StaticTracing::")
+        .expect("under StaticTracing");
+    root(ruby).define_module(wrappers)?;
     provider::init(ruby)?;
     tracepoint::init(ruby)?;
     visibility_hooks::init(ruby)?;
