@@ -14,6 +14,7 @@ mod arguments;
 mod errors;
 mod frames;
 mod provider;
+mod receiver;
 mod signals;
 mod tracepoint;
 mod visibility_hooks;

@@ -1,8 +1,9 @@
 //! `StaticTracing::Tracepoint`: one probe of a provider; fires it.
 
 use super::arguments::{self, Registers};
-use super::errors::argument_error;
+use super::errors::{argument_error, type_error};
 use super::provider::Provider;
+use super::receiver::receiver;
 use super::root;
 use magnus::{
     gc::Marker, method, prelude::*, typed_data::Obj, value::Opaque, DataTypeFunctions, Error,
@@ -76,9 +77,22 @@ impl Tracepoint {
         }
     }
 
+    fn from_receiver<'a>(ruby: &Ruby, value: &'a Value) -> Result<&'a Tracepoint, Error> {
+        receiver::<Tracepoint>(value).ok_or_else(|| {
+            type_error(
+                ruby,
+                format!(
+                    "{} is not a StaticTracing::Tracepoint",
+                    arguments::describe(ruby, *value)
+                ),
+            )
+        })
+    }
+
     /// Fires the probe with `args` if a tracer is attached; returns whether
     /// it fired. Count and types are checked either way.
-    fn fire(ruby: &Ruby, rb_self: &Tracepoint, args: &[Value]) -> Result<bool, Error> {
+    fn fire(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<bool, Error> {
+        let rb_self = Self::from_receiver(ruby, &rb_self)?;
         if args.len() != rb_self.types.len() {
             return Err(argument_error(
                 ruby,
@@ -109,11 +123,13 @@ impl Tracepoint {
     }
 
     /// Whether a tracer is attached to this probe now.
-    fn is_enabled(&self) -> bool {
+    fn is_enabled(ruby: &Ruby, rb_self: Value) -> Result<bool, Error> {
+        let rb_self = Self::from_receiver(ruby, &rb_self)?;
         // SAFETY: as in `fire`.
-        self.slot
+        Ok(rb_self
+            .slot
             .get()
-            .is_some_and(|site| unsafe { site.is_enabled() })
+            .is_some_and(|site| unsafe { site.is_enabled() }))
     }
 
     fn name(ruby: &Ruby, rb_self: &Tracepoint) -> Symbol {
