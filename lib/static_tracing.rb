@@ -14,6 +14,7 @@ require_relative "static_tracing/stack_tracer"
 require_relative "static_tracing/blocks"
 require_relative "static_tracing/signal_toggle"
 require_relative "static_tracing/configuration"
+require_relative "static_tracing/state"
 
 # USDT probes defined at run time: see README.md.
 module StaticTracing
@@ -54,3 +55,4 @@ module StaticTracing
 end
 
 StaticTracing::Configuration.configure_from_environment
+StaticTracing::State.publish

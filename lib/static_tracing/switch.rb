@@ -32,6 +32,7 @@ module StaticTracing
           @enabled = true
           MethodTracing.arm_all
           StaticTracing.providers.each { |provider| load_for_tracing(provider) }
+          State.publish
           true
         end
       end
@@ -44,6 +45,7 @@ module StaticTracing
           MethodTracing.disarm_all
           @loaded_by_switch.each_key { |provider| provider.send(:unload_for_tracing) }
           @loaded_by_switch.clear
+          State.publish
           true
         end
       end

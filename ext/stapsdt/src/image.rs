@@ -384,6 +384,52 @@ fn discard(backing: &Backing) {
     }
 }
 
+/// Writes `contents` as this process's state file, `<pid>.state`, in the
+/// first usable stub directory: where the `static-tracing` command looks for
+/// a process's mode and signal. Returns its path, or why no directory would do.
+pub fn publish_state(contents: &[u8], candidates: &[Candidate]) -> Result<PathBuf, Vec<Skipped>> {
+    let pid = sys::current_pid();
+    let name = crate::stub_dir::state_file_name(pid);
+    let mut skipped = Vec::new();
+    for candidate in candidates {
+        let published = StubDir::open(&candidate.path).and_then(|dir| {
+            dir.sweep_once();
+            dir.replace(&name, contents)
+                .map_err(|err| format!("cannot write {name} in it ({err})"))
+        });
+        match published {
+            Ok(()) => {
+                let path = candidate.path.join(&name);
+                let mut files = owned_files();
+                // A copy left in a directory that has become unusable would
+                // be found first by readers: it goes.
+                files.retain(|file| {
+                    let stale = file.creator == pid
+                        && file.path != path
+                        && file.path.file_name() == path.file_name();
+                    if stale {
+                        let _ = std::fs::remove_file(&file.path);
+                    }
+                    !stale
+                });
+                if !files.iter().any(|file| file.path == path) {
+                    files.push(OwnedFile {
+                        path: path.clone(),
+                        creator: pid,
+                        retired: false,
+                    });
+                }
+                return Ok(path);
+            }
+            Err(reason) => skipped.push(Skipped {
+                location: format!("{} ({})", candidate.path.display(), candidate.origin),
+                reason,
+            }),
+        }
+    }
+    Err(skipped)
+}
+
 /// Marks a file another process still maps, to be removed once it is free.
 fn retire(backing: &Backing) {
     if let Backing::Stub { dir, name } = backing {

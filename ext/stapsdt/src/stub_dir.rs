@@ -124,6 +124,20 @@ impl StubDir {
         sys::unlink_at(&self.dir, name)
     }
 
+    /// Replaces the file `name` with `contents` at once: readers see the
+    /// old file or the new one, never a partial one.
+    pub fn replace(&self, name: &str, contents: &[u8]) -> io::Result<()> {
+        let temporary = format!(".{name}.new");
+        let _ = self.remove(&temporary);
+        let file = self.create(&temporary)?;
+        let written = std::os::unix::fs::FileExt::write_all_at(&file, contents, 0)
+            .and_then(|()| sys::rename_at(&self.dir, &temporary, name));
+        if written.is_err() {
+            let _ = self.remove(&temporary);
+        }
+        written
+    }
+
     /// Whether a process still maps the file: children of its (dead)
     /// creator hold claims on it (see `crate::image`).
     fn mapped_by_a_process(&self, name: &str) -> bool {
@@ -159,16 +173,33 @@ impl StubDir {
         for entry in entries.flatten() {
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
-            let Some(stub) = StubFileName::parse(name) else {
-                continue;
+            let stale = if let Some(stub) = StubFileName::parse(name) {
+                !sys::process_exists(stub.pid) && !self.mapped_by_a_process(name)
+            } else if let Some(pid) = state_file_pid(name) {
+                !sys::process_exists(pid)
+            } else {
+                false
             };
-            let stale = !sys::process_exists(stub.pid) && !self.mapped_by_a_process(name);
             if stale && self.remove(name).is_ok() {
                 removed += 1;
             }
         }
         removed
     }
+}
+
+/// `<pid>.state`: what a process publishes about itself (see
+/// `crate::image::publish_state`), read by the `static-tracing` command.
+pub fn state_file_name(pid: libc::pid_t) -> String {
+    format!("{pid}.state")
+}
+
+fn state_file_pid(name: &str) -> Option<libc::pid_t> {
+    let pid = name.strip_suffix(".state")?;
+    if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    pid.parse().ok()
 }
 
 /// `<provider>-<pid>-<generation>.so`: the creating process is part of the

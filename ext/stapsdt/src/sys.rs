@@ -358,6 +358,18 @@ pub fn unlink_at(dir: &File, name: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// Renames `from` to `to` inside `dir`, replacing `to`.
+pub fn rename_at(dir: &File, from: &str, to: &str) -> io::Result<()> {
+    let from = CString::new(from).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let to = CString::new(to).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: valid directory descriptor and C strings.
+    if unsafe { libc::renameat(dir.as_raw_fd(), from.as_ptr(), dir.as_raw_fd(), to.as_ptr()) } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Reserves the blocks of `file` up to `len` bytes, so that writing them
 /// later cannot fail for lack of space.
 pub fn allocate(file: &File, len: u64) -> io::Result<()> {

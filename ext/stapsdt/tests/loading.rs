@@ -365,3 +365,42 @@ fn stub_file_names_round_trip_and_reject_others() {
         assert_eq!(StubFileName::parse(other), None, "{other}");
     }
 }
+
+#[test]
+fn the_state_file_is_replaced_whole_moved_when_its_directory_goes_and_swept_when_stale() {
+    use stapsdt::image::publish_state;
+    let first = TempDir::new(0o700, true);
+    let second = TempDir::new(0o700, true);
+    let dead = (1..)
+        .map(|n| 4_000_000 - n)
+        .find(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+        .unwrap();
+    let stale = second.0.join(format!("{dead}.state"));
+    fs::write(&stale, b"{}").unwrap();
+    fs::write(second.0.join("12abc.state"), b"{}").unwrap();
+    let candidates = [first.candidate(), second.candidate()];
+    let path = publish_state(b"one", &candidates).unwrap();
+    assert_eq!(path, first.0.join(format!("{}.state", std::process::id())));
+    assert_eq!(fs::read(&path).unwrap(), b"one");
+    assert_eq!(publish_state(b"two", &candidates).unwrap(), path);
+    assert_eq!(fs::read(&path).unwrap(), b"two");
+    assert_eq!(
+        fs::read_dir(&first.0).unwrap().count(),
+        1,
+        "no temporary file left behind"
+    );
+
+    // The first directory becomes unusable: the state moves, and the old copy goes.
+    fs::set_permissions(&first.0, fs::Permissions::from_mode(0o755)).unwrap();
+    let moved = publish_state(b"three", &candidates).unwrap();
+    assert_eq!(moved.parent().unwrap(), second.0);
+    assert_eq!(fs::read(&moved).unwrap(), b"three");
+    assert!(!path.exists(), "a stale copy would be read first");
+    assert!(!stale.exists(), "the state file of a dead process is swept");
+    assert!(
+        second.0.join("12abc.state").exists(),
+        "not a state file name"
+    );
+    let err = publish_state(b"x", &[first.candidate()]).unwrap_err();
+    assert!(err[0].reason.contains("mode is 0755"), "{err:?}");
+}

@@ -60,6 +60,10 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     )?;
     native.const_set("NAME_RULE", stapsdt::names::NAME_RULE)?;
     native.define_singleton_method("name_problem", magnus::function!(name_problem, 2))?;
+    native.define_singleton_method(
+        "publish_state",
+        magnus::function!(provider::publish_state, 1),
+    )?;
     native.define_singleton_method("noop", magnus::function!(noop, -1))?;
     native.define_singleton_method("arm_signal", magnus::function!(arm_signal, 2))?;
     native.define_singleton_method("disarm_signal", magnus::function!(signals::disarm, 0))?;

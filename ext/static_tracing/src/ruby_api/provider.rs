@@ -57,6 +57,21 @@ pub fn remove_files_at_exit() -> usize {
     image::remove_files_at_exit()
 }
 
+/// Writes this process's state file; returns its path.
+pub fn publish_state(ruby: &Ruby, contents: magnus::RString) -> Result<String, Error> {
+    // SAFETY: copied before any other Ruby call.
+    let bytes = unsafe { contents.as_slice() }.to_vec();
+    image::publish_state(&bytes, &stub_dir::candidates())
+        .map(|path| path.display().to_string())
+        .map_err(|skipped| {
+            let reasons: Vec<String> = skipped.iter().map(Skipped::to_string).collect();
+            super::errors::base_error(
+                ruby,
+                format!("no stub directory is usable: {}", reasons.join("; ")),
+            )
+        })
+}
+
 impl Provider {
     pub fn name(&self) -> &str {
         &self.name

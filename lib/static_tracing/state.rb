@@ -1,0 +1,69 @@
+# frozen_string_literal: true
+
+require "json"
+
+module StaticTracing
+  # What this process publishes about its tracing, as `<pid>.state` next to
+  # its stubs: mode, signal and whether tracing is on. The `static-tracing`
+  # command reads it to enable, disable or toggle tracing knowing the state,
+  # and never to send a signal the process does not listen to.
+  module State
+    FORMAT = 1
+
+    @warned = false
+
+    class << self
+      # Where the state was last published, or nil.
+      attr_reader :path
+
+      def publish
+        return unless StaticTracing.supported?
+
+        @path = Native.publish_state(JSON.generate(snapshot))
+      rescue StaticTracing::Error => e
+        unless @warned
+          @warned = true
+          warn("static_tracing: cannot publish this process's tracing state " \
+               "for the static-tracing command: #{e.message}")
+        end
+        nil
+      end
+
+      def snapshot
+        signal = SignalToggle.signal
+        {
+          "format" => FORMAT,
+          "pid" => Process.pid,
+          "start_time" => start_time,
+          "mode" => Configuration.mode.to_s,
+          "signal" => signal,
+          "signal_number" => signal && Signal.list[signal],
+          "enabled" => StaticTracing.enabled?,
+          "version" => VERSION,
+          "ruby" => RUBY_VERSION
+        }
+      end
+
+      private
+
+      # The process's start time in clock ticks since boot (field 22 of
+      # /proc/PID/stat): with the pid, it tells a reader that the file is
+      # this process's and not one of an earlier process with the same pid.
+      def start_time
+        File.read("/proc/self/stat").split(") ", 2).last.split[19].to_i
+      rescue SystemCallError
+        nil
+      end
+    end
+
+    # A forked child publishes its own state.
+    module ForkHook
+      def _fork
+        pid = super
+        StaticTracing::State.publish if pid.zero?
+        pid
+      end
+    end
+    Process.singleton_class.prepend(ForkHook)
+  end
+end
