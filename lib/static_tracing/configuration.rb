@@ -115,10 +115,20 @@ module StaticTracing
         Modes::SIGNALS.names.map { |name| "SIG#{name}" }.join(", ")
       end
 
+      # On failure (the signal cannot be taken) the previous mode and signal
+      # are put back, so that what is configured is what is in effect.
       def apply(mode, signal)
-        previous_mode = @mode
+        previous = [@mode, @signal]
         @mode = mode
         @signal = signal
+        switch(mode, signal, previous.first)
+      rescue StandardError
+        @mode, @signal = previous
+        switch(*previous, mode) if previous.first
+        raise
+      end
+
+      def switch(mode, signal, previous_mode)
         case mode
         when Modes::ON
           SignalToggle.release

@@ -28,9 +28,12 @@ module StaticTracing
       # Signals applied since the process started (or forked).
       attr_reader :received
 
+      # Makes +signal+ the toggle signal. Taking the signal already taken
+      # puts the handler back if the application installed another one
+      # since (which is chained).
       def take(signal)
         @lock.synchronize do
-          return if @signal == signal && @watcher&.alive?
+          return Native.arm_signal(Signal.list.fetch(signal), @pipe[1].fileno) if @signal == signal && @watcher&.alive?
 
           release_locked
           ruby_previous = quiet_ruby_default(signal)

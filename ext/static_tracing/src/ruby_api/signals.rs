@@ -5,17 +5,16 @@
 //! takes the count and applies the toggle with the GVL held: no Ruby code
 //! runs in signal context.
 //!
-//! The registry calls whatever handler was installed before it took the
-//! signal, so the application's own handler keeps running. It never
-//! uninstalls itself, so giving a signal back is done here: when the signal
-//! had no handler before (default or ignored), that disposition is restored
-//! as it was; when it had one, the registry keeps calling it, which is what
-//! the process did before. Taking the signal again puts the registry's
-//! handler back, if nobody installed another one in between.
+//! The handler that was installed when the signal is taken keeps running.
+//! The registry chains to the one it found the first time, and never
+//! uninstalls itself; so giving the signal back is done here, by putting
+//! back the disposition found when it was taken. A handler installed in
+//! between (e.g. a `Signal.trap` while tracing was in another mode) is
+//! called from `on_signal`, since the registry does not know about it.
 
 use libc::c_int;
 use std::io;
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, Once};
 
 /// The signal that toggles tracing now; 0 when none.
@@ -25,12 +24,23 @@ static RECEIVED: AtomicU64 = AtomicU64::new(0);
 /// Write end of the pipe the Ruby thread waits on; -1 when none.
 static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
 
+/// The handler found over the registry's default when the signal was last
+/// taken, which the registry would not call. Only one signal is taken at a
+/// time; these are written only while the registry's handler is not
+/// installed for `CHAINED_SIGNAL`, so `on_signal` never sees them half set.
+static CHAINED_SIGNAL: AtomicI32 = AtomicI32::new(0);
+static CHAINED_HANDLER: AtomicUsize = AtomicUsize::new(0);
+static CHAINED_SIGINFO: AtomicBool = AtomicBool::new(false);
+
 struct Registration {
     signal: c_int,
-    /// The disposition before the registry took the signal (it chains to it).
-    before: libc::sigaction,
-    /// The registry's handler, to reinstall after giving the signal back.
+    /// The disposition the registry found, and chains to, forever.
+    first: libc::sigaction,
+    /// The registry's handler, to reinstall when the signal is taken again.
     registry: libc::sigaction,
+    /// The disposition found when the signal was last taken, put back when
+    /// it is given back.
+    given_back: libc::sigaction,
 }
 
 // SAFETY: plain C structs of integers and function addresses.
@@ -38,8 +48,11 @@ unsafe impl Send for Registration {}
 
 static REGISTRATIONS: Mutex<Vec<Registration>> = Mutex::new(Vec::new());
 
-/// Runs in signal context: only atomics and write(2), both async-signal-safe.
-fn on_signal(signal: c_int) {
+/// Runs in signal context: only atomics, the chained handler and write(2).
+fn on_signal(signal: c_int, info: &libc::siginfo_t) {
+    if CHAINED_SIGNAL.load(Ordering::SeqCst) == signal {
+        call_chained(signal, info);
+    }
     if ARMED.load(Ordering::SeqCst) != signal {
         return;
     }
@@ -50,6 +63,27 @@ fn on_signal(signal: c_int) {
         // SAFETY: writing one byte from a live stack variable; the descriptor
         // is non-blocking, so a full pipe loses a wake-up byte, never a count.
         unsafe { libc::write(fd, (&byte as *const u8).cast(), 1) };
+    }
+}
+
+fn call_chained(signal: c_int, info: &libc::siginfo_t) {
+    let handler = CHAINED_HANDLER.load(Ordering::SeqCst);
+    if handler == 0 {
+        return;
+    }
+    let info = (info as *const libc::siginfo_t).cast_mut();
+    // SAFETY: `handler` is the address of a handler that was installed for
+    // this signal, called the way its flags say. The registry gives its
+    // actions no ucontext to pass on: the handler gets a null one.
+    unsafe {
+        if CHAINED_SIGINFO.load(Ordering::SeqCst) {
+            let action: extern "C" fn(c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                std::mem::transmute(handler as *const ());
+            action(signal, info, std::ptr::null_mut());
+        } else {
+            let action: extern "C" fn(c_int) = std::mem::transmute(handler as *const ());
+            action(signal);
+        }
     }
 }
 
@@ -83,7 +117,49 @@ fn is_handler_function(action: &libc::sigaction) -> bool {
     action.sa_sigaction != libc::SIG_DFL && action.sa_sigaction != libc::SIG_IGN
 }
 
+/// Has `on_signal` call `action` for `signal`, or nothing when it is not a
+/// handler function.
+fn chain(signal: c_int, action: Option<&libc::sigaction>) {
+    CHAINED_SIGNAL.store(0, Ordering::SeqCst);
+    match action {
+        Some(action) if is_handler_function(action) => {
+            CHAINED_HANDLER.store(action.sa_sigaction, Ordering::SeqCst);
+            CHAINED_SIGINFO.store(action.sa_flags & libc::SA_SIGINFO != 0, Ordering::SeqCst);
+            CHAINED_SIGNAL.store(signal, Ordering::SeqCst);
+        }
+        _ => CHAINED_HANDLER.store(0, Ordering::SeqCst),
+    }
+}
+
+/// Puts the registry's handler back on a signal it registered before,
+/// chained with whatever is installed now.
+fn retake(registration: &mut Registration) -> Result<(), String> {
+    let signal = registration.signal;
+    let error = |err: io::Error| format!("signal {signal}: {err}");
+    let now = disposition(signal).map_err(error)?;
+    if now.sa_sigaction == registration.registry.sa_sigaction {
+        return Ok(());
+    }
+    if now.sa_sigaction == registration.first.sa_sigaction {
+        chain(signal, None);
+    } else if is_handler_function(&registration.first) {
+        // The registry calls the handler it first found: it would run
+        // although it was replaced, and the new one would not.
+        return Err(format!(
+            "signal {signal} got another handler since static_tracing first used it, \
+             and static_tracing would call the replaced one; choose another signal"
+        ));
+    } else {
+        chain(signal, Some(&now));
+    }
+    install(signal, &registration.registry).map_err(error)?;
+    registration.given_back = now;
+    Ok(())
+}
+
 /// Makes `signal` the toggle signal, waking the Ruby side through `wake_fd`.
+/// Taking the armed signal again makes sure the registry's handler is the
+/// installed one.
 pub fn arm(signal: c_int, wake_fd: c_int) -> Result<(), String> {
     if signal <= 0 || signal >= 65 || signal_hook_registry::FORBIDDEN.contains(&signal) {
         return Err(format!("signal {signal} cannot be caught"));
@@ -109,57 +185,59 @@ pub fn arm(signal: c_int, wake_fd: c_int) -> Result<(), String> {
     let mut registrations = REGISTRATIONS
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let error = |err: io::Error| format!("signal {signal}: {err}");
-    match registrations.iter().find(|r| r.signal == signal) {
+    let previous = ARMED.load(Ordering::SeqCst);
+    if previous != 0 && previous != signal {
+        return Err(format!(
+            "signal {previous} is armed; disarm it before arming signal {signal}"
+        ));
+    }
+    match registrations.iter_mut().find(|r| r.signal == signal) {
         None => {
-            let before = disposition(signal).map_err(error)?;
+            let error = |err: io::Error| format!("signal {signal}: {err}");
+            let first = disposition(signal).map_err(error)?;
             // SAFETY: the action is async-signal-safe (see `on_signal`).
-            unsafe { signal_hook_registry::register_sigaction(signal, move |_| on_signal(signal)) }
-                .map_err(error)?;
+            unsafe {
+                signal_hook_registry::register_sigaction(signal, move |info| {
+                    on_signal(signal, info)
+                })
+            }
+            .map_err(error)?;
             let registry = disposition(signal).map_err(error)?;
             registrations.push(Registration {
                 signal,
-                before,
+                first,
                 registry,
+                given_back: first,
             });
         }
-        Some(registration) => {
-            let now = disposition(signal).map_err(error)?;
-            if now.sa_sigaction != registration.registry.sa_sigaction {
-                if now.sa_sigaction != registration.before.sa_sigaction {
-                    return Err(format!(
-                        "signal {signal} got another handler since static_tracing last used it, \
-                         and that handler would not be called; choose another signal"
-                    ));
-                }
-                install(signal, &registration.registry).map_err(error)?;
-            }
-        }
+        Some(registration) => retake(registration)?,
     }
     WAKE_FD.store(wake_fd, Ordering::SeqCst);
     ARMED.store(signal, Ordering::SeqCst);
     Ok(())
 }
 
-/// Stops toggling on the armed signal and gives the signal back.
+/// Stops toggling on the armed signal and gives the signal back: the
+/// disposition found when it was taken is installed again, unless another
+/// handler replaced the registry's since.
 pub fn disarm() {
+    let registrations = REGISTRATIONS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let signal = ARMED.swap(0, Ordering::SeqCst);
     WAKE_FD.store(-1, Ordering::SeqCst);
     if signal == 0 {
         return;
     }
-    let registrations = REGISTRATIONS
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let Some(registration) = registrations.iter().find(|r| r.signal == signal) else {
         return;
     };
     let still_ours =
         disposition(signal).is_ok_and(|now| now.sa_sigaction == registration.registry.sa_sigaction);
-    if still_ours && !is_handler_function(&registration.before) {
-        // Best effort: if it fails the registry's handler stays, and with no
-        // action armed it does nothing.
-        let _ = install(signal, &registration.before);
+    // Best effort: if it fails, or another handler replaced the registry's,
+    // the registry's handler only calls the handlers it chains to now.
+    if still_ours && install(signal, &registration.given_back).is_ok() {
+        chain(signal, None);
     }
 }
 
