@@ -11,7 +11,7 @@ module StaticTracing
   # applies the toggles, with the GVL held, as soon as the scheduler lets it:
   # also while the main thread is busy or blocked. An odd number of signals
   # received together toggles once, an even number not at all. In a forked
-  # child the thread is started again.
+  # (or daemonized) child the thread is started again.
   module SignalToggle
     # Signals for which Ruby installs a handler of its own that raises
     # SignalException: taking one of them must not chain to that handler.
@@ -63,12 +63,16 @@ module StaticTracing
         @lock = Mutex.new
         return unless @signal
 
-        @pipe&.each { |io| io.close unless io.closed? }
-        reader, writer = IO.pipe
-        Native.arm_signal(Signal.list.fetch(@signal), writer.fileno)
-        @pipe = [reader, writer]
+        @pipe.each { |io| io.close unless io.closed? }
+        @pipe = IO.pipe
         @received = 0
-        @watcher = start_watcher(reader)
+        Native.arm_signal(Signal.list.fetch(@signal), @pipe[1].fileno)
+        @watcher = start_watcher(@pipe[0])
+      rescue StandardError => e
+        # Raising here would raise from the application's fork, in the child.
+        warn("static_tracing: SIG#{@signal} does not toggle tracing in process #{Process.pid}: " \
+             "#{e.class}: #{e.message}")
+        release_locked
       end
 
       private
@@ -126,12 +130,19 @@ module StaticTracing
   end
 
   # Process._fork is the one hook every fork goes through (Kernel#fork,
-  # Process.fork, IO.popen("-")); the child gets its own signal thread.
+  # Process.fork, IO.popen("-")), except Process.daemon's; the child gets its
+  # own signal thread.
   module ForkHook
     def _fork
       pid = super
       StaticTracing::SignalToggle.restart_after_fork if pid.zero?
       pid
+    end
+
+    def daemon(...)
+      result = super
+      StaticTracing::SignalToggle.restart_after_fork
+      result
     end
   end
   Process.singleton_class.prepend(ForkHook)
