@@ -82,21 +82,31 @@ module StaticTracing
 
         Native.disarm_signal
         Signal.trap(@signal, @ruby_previous) if @ruby_previous
-        @watcher&.kill
+        stop_watcher
         @pipe&.each { |io| io.close unless io.closed? }
         @signal = @ruby_previous = @watcher = @pipe = nil
       end
 
+      # The watcher finishes a toggle it has begun, so that the mode set
+      # next starts from a whole state; it can be waiting for STATE_LOCK,
+      # so it is only waited for by a thread that does not hold it.
+      def stop_watcher
+        return unless @watcher
+
+        @watcher.kill
+        @watcher.join unless @watcher.equal?(Thread.current) || StaticTracing::STATE_LOCK.mon_owned?
+      end
+
       # Ruby's own handler for these signals raises SignalException; that is
       # the default the application did not choose, so it is set aside (and
-      # given back on release). A trap the application installed stays, and
-      # is chained.
+      # given back on release). It is left ignored until the native handler
+      # is in place: the system default would end the process. A trap the
+      # application installed stays, and is chained.
       def quiet_ruby_default(signal)
         return unless RUBY_HANDLED.include?(signal)
 
         previous = Signal.trap(signal, "IGNORE")
         if [nil, "DEFAULT", "SYSTEM_DEFAULT"].include?(previous)
-          Signal.trap(signal, "SYSTEM_DEFAULT")
           previous || "DEFAULT"
         else
           Signal.trap(signal, previous)
@@ -108,21 +118,28 @@ module StaticTracing
         Thread.new do
           Thread.current.name = "static_tracing signal"
           Thread.current.report_on_exception = false
-          loop do
-            apply(Native.take_signals)
-            reader.wait_readable
-            reader.read_nonblock(4096, exception: false)
+          # Killed (on release) only while waiting, never halfway through a toggle.
+          Thread.handle_interrupt(Object => :never) do
+            loop do
+              apply(Native.take_signals)
+              Thread.handle_interrupt(Object => :immediate) { reader.wait_readable }
+              reader.read_nonblock(4096, exception: false)
+            end
           end
         rescue IOError
           nil # released: the pipe was closed
         end
       end
 
+      # The count and the state change together: whoever reads both under
+      # STATE_LOCK sees them agree.
       def apply(count)
         return if count.zero?
 
-        @received += count
-        StaticTracing.toggle! if count.odd?
+        StaticTracing::STATE_LOCK.synchronize do
+          @received += count
+          StaticTracing.toggle! if count.odd?
+        end
       rescue StandardError => e
         warn("static_tracing: toggling tracing on SIG#{@signal} failed: #{e.class}: #{e.message}")
       end
