@@ -50,8 +50,9 @@ module StaticTracing
         apply(parse_mode(value, "mode"), @signal)
       end
 
-      # Accepts "TRAP", "SIGTRAP", :TRAP, :SIGTRAP or a signal number. Takes
-      # effect at once; the previous signal's handler is given back.
+      # Accepts "TRAP", "SIGTRAP", :TRAP, :SIGTRAP or a signal number (also
+      # as a String, as the environment gives it). Takes effect at once; the
+      # previous signal's handler is given back.
       def signal=(value)
         apply(@mode, parse_signal(value, "signal"))
       end
@@ -105,8 +106,9 @@ module StaticTracing
       def signal_name(value)
         case value
         when Integer then Signal.signame(value) if value.positive?
+        when /\A\s*\d+\s*\z/ then signal_name(Integer(value.to_s, 10))
         when String, Symbol
-          name = value.to_s.upcase.delete_prefix("SIG")
+          name = value.to_s.strip.upcase.delete_prefix("SIG")
           Signal.signame(Signal.list[name]) if Signal.list.key?(name) && name != "EXIT"
         end
       end
@@ -146,7 +148,7 @@ module StaticTracing
 
   # Sets the configuration in a block: StaticTracing.configure { |c| c.mode = ...; c.signal = ... }
   def self.configure
-    yield Configuration
+    yield Configuration if block_given?
     Configuration
   end
 end
