@@ -16,6 +16,10 @@ RSpec.configure do |config|
   config.before(:each, :e2e) { require_tracing! }
   config.after(:each, :e2e) { stop_started_processes }
 
+  # Examples that drive child processes without attaching a tracer to them.
+  config.include E2E::Helpers, :subprocess
+  config.after(:each, :subprocess) { stop_started_processes }
+
   # Providers registered by an example do not leak into the next one.
   config.after do
     StaticTracing.providers.to_a.each(&:unregister)

@@ -1,0 +1,326 @@
+# frozen_string_literal: true
+
+# StaticTracing::Configuration in this process: every spelling of a mode and
+# a signal, every value refused and why, the environment, and what changing
+# the mode does to the tracing state. Signals sent to real processes are in
+# spec/signal_toggle_spec.rb.
+RSpec.describe StaticTracing::Configuration do
+  let(:config) { described_class }
+  let(:modes) { described_class::Modes }
+  let(:reserved) { %w[KILL STOP SEGV BUS ILL FPE VTALRM] }
+  let(:catchable) { Signal.list.keys - ["EXIT"] - reserved }
+  let(:valid_list) { modes::SIGNALS.names.map { |name| "SIG#{name}" }.join(", ") }
+
+  around do |example|
+    saved = [config.mode, config.signal]
+    example.run
+  ensure
+    StaticTracing.configure do |c|
+      c.mode = :off
+      c.signal = saved[1]
+      c.mode = saved[0]
+    end
+  end
+
+  # What is in effect: the configuration and the signal actually taken.
+  def effective
+    [config.mode, config.signal, StaticTracing::SignalToggle.signal, StaticTracing::Native.armed_signal]
+  end
+
+  describe "Modes" do
+    it "names the three modes, SIGNAL by default" do
+      expect([modes::ON, modes::OFF, modes::SIGNAL]).to eq(%i[on off signal])
+      expect(modes::ALL).to eq(%i[on off signal])
+      expect(described_class::DEFAULT_MODE).to eq(:signal)
+    end
+
+    it "has a SIGNALS constant for every catchable signal, SIGTRAP by default" do
+      expect(modes::SIGNALS::SIGTRAP).to eq("TRAP")
+      expect(modes::SIGNALS::SIGUSR2).to eq("USR2")
+      expect(described_class::DEFAULT_SIGNAL).to eq("TRAP")
+      expect(modes::SIGNALS.names).to match_array(catchable)
+      expect(modes::SIGNALS.names.map { |name| Signal.list[name] }).to eq(catchable.map { |n| Signal.list[n] }.sort)
+      catchable.each { |name| expect(modes::SIGNALS.const_get(:"SIG#{name}")).to eq(name) }
+    end
+
+    it "has none for the reserved signals nor for EXIT" do
+      (reserved + ["EXIT"]).each do |name|
+        expect(modes::SIGNALS.const_defined?(:"SIG#{name}", false)).to be(false), "SIG#{name} is defined"
+      end
+      expect(modes::SIGNALS::RESERVED).to match_array(reserved)
+    end
+  end
+
+  describe ".mode=" do
+    it "accepts the constants, and their names as Symbols or Strings in any case" do
+      accepted = [modes::ON, modes::OFF, modes::SIGNAL, "on", "OFF", "Signal", :ON, :off, :SIGNAL]
+      accepted.zip(%i[on off signal] * 3).each do |value, mode|
+        config.mode = value
+        expect(config.mode).to eq(mode), "mode = #{value.inspect}"
+      end
+    end
+
+    it "refuses anything else, listing the valid modes, and keeps the mode in effect" do
+      config.mode = :off
+      [:bogus, "enabled", "", nil, 1, true, ["on"], " on"].each do |value|
+        expect { config.mode = value }.to raise_error(
+          ArgumentError,
+          "invalid mode #{value.inspect}: valid modes are :on, :off and :signal " \
+          "(StaticTracing::Configuration::Modes::ON, OFF, SIGNAL)"
+        )
+        expect(effective).to eq([:off, "TRAP", nil, 0])
+      end
+    end
+  end
+
+  describe ".signal=" do
+    before { config.mode = :signal }
+
+    it "accepts the constant, the name with or without SIG in any case, as a String or a Symbol, and the number" do
+      trap = Signal.list["TRAP"]
+      spellings = [modes::SIGNALS::SIGTRAP, "TRAP", "SIGTRAP", "trap", "SigTrap", :TRAP, :SIGTRAP, :trap, trap, "5"]
+      spellings.each do |value|
+        config.signal = :USR2
+        expect(effective).to eq([:signal, "USR2", "USR2", Signal.list["USR2"]])
+        config.signal = value
+        expect(effective).to eq([:signal, "TRAP", "TRAP", trap]), "signal = #{value.inspect}"
+      end
+    end
+
+    it "accepts every catchable signal by name and by number, under its canonical name" do
+      catchable.each do |name|
+        canonical = Signal.signame(Signal.list[name])
+        expect(config.parse_signal(name, "signal")).to eq(canonical)
+        expect(config.parse_signal(:"SIG#{name}", "signal")).to eq(canonical)
+        expect(config.parse_signal(Signal.list[name], "signal")).to eq(canonical)
+      end
+      expect(config.parse_signal("IOT", "signal")).to eq("ABRT")
+      expect(config.parse_signal("CLD", "signal")).to eq("CHLD")
+    end
+
+    it "takes the signal given and gives the previous one back" do
+      config.signal = "USR1"
+      expect(effective).to eq([:signal, "USR1", "USR1", Signal.list["USR1"]])
+      config.signal = modes::SIGNALS::SIGUSR2
+      expect(effective).to eq([:signal, "USR2", "USR2", Signal.list["USR2"]])
+      # Ruby's own default for USR1 (raise SignalException) is back.
+      expect(Signal.trap("USR1", "DEFAULT")).to eq("DEFAULT")
+    end
+
+    it "refuses each reserved signal, however spelled, saying why and listing the valid ones" do
+      reserved.each do |name|
+        [name, "SIG#{name}", name.downcase.to_sym, Signal.list[name]].each do |value|
+          expect { config.signal = value }.to raise_error(
+            ArgumentError,
+            "invalid signal #{value.inspect}: SIG#{name} cannot toggle tracing (SIGKILL, SIGSTOP, SIGSEGV, " \
+            "SIGBUS, SIGILL, SIGFPE, SIGVTALRM are uncatchable or used by Ruby); valid signals are #{valid_list}"
+          )
+          expect(effective).to eq([:signal, "TRAP", "TRAP", Signal.list["TRAP"]])
+        end
+      end
+    end
+
+    it "refuses what is no signal, listing the valid ones and the spellings, and keeps the signal in effect" do
+      not_signals = ["NOPE", "SIG", "SIGSIGTRAP", "EXIT", :EXIT, "", nil, 0, -5, 999, "0", "99", 5.0, ["TRAP"], Object]
+      not_signals.each do |value|
+        expect { config.signal = value }.to raise_error(
+          ArgumentError,
+          "invalid signal #{value.inspect}: valid signals are #{valid_list}, " \
+          "given as \"TRAP\", \"SIGTRAP\", :TRAP or a number"
+        )
+        expect(effective).to eq([:signal, "TRAP", "TRAP", Signal.list["TRAP"]])
+      end
+    end
+
+    it "lists no reserved signal as valid" do
+      expect(valid_list.split(", ")).to match_array(catchable.map { |name| "SIG#{name}" })
+    end
+
+    it "only records the signal while the mode is ON or OFF, and takes it when the mode becomes SIGNAL" do
+      config.mode = :off
+      config.signal = "USR2"
+      expect(effective).to eq([:off, "USR2", nil, 0])
+      config.mode = :on
+      expect(effective).to eq([:on, "USR2", nil, 0])
+      config.mode = :signal
+      expect(effective).to eq([:signal, "USR2", "USR2", Signal.list["USR2"]])
+    end
+  end
+
+  describe "StaticTracing.configure" do
+    it "yields the configuration, applies what the block sets, and returns it" do
+      yielded = nil
+      result = StaticTracing.configure do |c|
+        yielded = c
+        c.mode = modes::SIGNAL
+        c.signal = modes::SIGNALS::SIGUSR1
+      end
+      expect(yielded).to be(config)
+      expect(result).to be(config)
+      expect(effective).to eq([:signal, "USR1", "USR1", Signal.list["USR1"]])
+    end
+
+    it "returns the configuration without a block" do
+      expect(StaticTracing.configure).to be(config)
+    end
+
+    it "keeps what the block set before a refused value" do
+      config.mode = :off
+      expect do
+        StaticTracing.configure do |c|
+          c.signal = :USR2
+          c.mode = :sometimes
+        end
+      end.to raise_error(ArgumentError, /invalid mode :sometimes/)
+      expect(effective).to eq([:off, "USR2", nil, 0])
+    end
+  end
+
+  describe ".configure_from_environment" do
+    it "defaults to SIGNAL on SIGTRAP, also for empty values" do
+      config.mode = :off
+      config.configure_from_environment({})
+      expect(effective).to eq([:signal, "TRAP", "TRAP", Signal.list["TRAP"]])
+      config.mode = :off
+      config.configure_from_environment("STATIC_TRACING_MODE" => "", "STATIC_TRACING_SIGNAL" => "")
+      expect(effective).to eq([:signal, "TRAP", "TRAP", Signal.list["TRAP"]])
+    end
+
+    it "reads STATIC_TRACING_MODE in any case" do
+      { "on" => :on, "OFF" => :off, "Signal" => :signal, "off" => :off, "ON" => :on }.each do |value, mode|
+        config.configure_from_environment("STATIC_TRACING_MODE" => value)
+        expect(config.mode).to eq(mode), "STATIC_TRACING_MODE=#{value}"
+        expect(StaticTracing.enabled?).to be(mode == :on)
+      end
+    end
+
+    it "reads STATIC_TRACING_SIGNAL as a name, with or without SIG, or a number" do
+      %w[USR2 SIGUSR2 usr2 12].each do |value|
+        config.configure_from_environment("STATIC_TRACING_SIGNAL" => "TRAP")
+        config.configure_from_environment("STATIC_TRACING_SIGNAL" => value)
+        expect(effective).to eq([:signal, "USR2", "USR2", Signal.list["USR2"]]), "STATIC_TRACING_SIGNAL=#{value}"
+      end
+      config.configure_from_environment("STATIC_TRACING_MODE" => "off", "STATIC_TRACING_SIGNAL" => "HUP")
+      expect(effective).to eq([:off, "HUP", nil, 0])
+    end
+
+    it "refuses a bad STATIC_TRACING_MODE, naming the variable, and changes nothing" do
+      config.mode = :off
+      expect do
+        config.configure_from_environment("STATIC_TRACING_MODE" => "bogus", "STATIC_TRACING_SIGNAL" => "USR2")
+      end.to raise_error(
+        ArgumentError,
+        "invalid STATIC_TRACING_MODE \"bogus\": valid modes are :on, :off and :signal " \
+        "(StaticTracing::Configuration::Modes::ON, OFF, SIGNAL)"
+      )
+      expect(effective).to eq([:off, "TRAP", nil, 0])
+    end
+
+    it "refuses a bad or reserved STATIC_TRACING_SIGNAL, naming the variable, and changes nothing" do
+      config.mode = :off
+      expect do
+        config.configure_from_environment("STATIC_TRACING_MODE" => "on", "STATIC_TRACING_SIGNAL" => "KILL")
+      end.to raise_error(
+        ArgumentError,
+        "invalid STATIC_TRACING_SIGNAL \"KILL\": SIGKILL cannot toggle tracing (SIGKILL, SIGSTOP, SIGSEGV, SIGBUS, " \
+        "SIGILL, SIGFPE, SIGVTALRM are uncatchable or used by Ruby); valid signals are #{valid_list}"
+      )
+      expect do
+        config.configure_from_environment("STATIC_TRACING_SIGNAL" => "WAKEUP")
+      end.to raise_error(
+        ArgumentError,
+        "invalid STATIC_TRACING_SIGNAL \"WAKEUP\": valid signals are #{valid_list}, " \
+        "given as \"TRAP\", \"SIGTRAP\", :TRAP or a number"
+      )
+      expect(effective).to eq([:off, "TRAP", nil, 0])
+      expect(StaticTracing.enabled?).to be(false)
+    end
+  end
+
+  describe "changing the mode" do
+    before do
+      config.mode = :off
+      @defined = []
+    end
+
+    after { @defined.each { |name| Object.send(:remove_const, name) } }
+
+    def define_traced(name)
+      klass = Class.new
+      Object.const_set(name, klass)
+      @defined << name
+      klass.class_eval do
+        include StaticTracing::LatencyTracer
+        def work = :done
+      end
+      klass
+    end
+
+    # Tracing on: the method wrapped and the provider loaded; off: neither.
+    def tracing(klass)
+      wrapped = klass.instance_method(:work).owner != klass
+      loaded = StaticTracing.providers[klass.name.gsub(/(?<=[a-z])(?=[A-Z])/, "_").downcase].loaded?
+      [StaticTracing.enabled?, wrapped, loaded]
+    end
+
+    let(:on) { [true, true, true] }
+    let(:off) { [false, false, false] }
+
+    it "ON turns tracing on at once, OFF off, SIGNAL off until the signal", :aggregate_failures do
+      skip "USDT probes are not supported here" unless StaticTracing.supported?
+      klass = define_traced(:ConfigSpecTraced)
+      expect(tracing(klass)).to eq(off)
+      config.mode = :on
+      expect(tracing(klass)).to eq(on)
+      expect(klass.new.work).to eq(:done)
+      config.mode = :off
+      expect(tracing(klass)).to eq(off)
+      config.mode = :on
+      config.mode = :signal
+      expect(tracing(klass)).to eq(off)
+      expect(effective).to eq([:signal, "TRAP", "TRAP", Signal.list["TRAP"]])
+    end
+
+    it "keeps a state turned on by hand in OFF, or by the signal in SIGNAL when only the signal changes" do
+      skip "USDT probes are not supported here" unless StaticTracing.supported?
+      klass = define_traced(:ConfigSpecKept)
+      expect(StaticTracing.enable!).to be(true)
+      config.mode = :off
+      expect(tracing(klass)).to eq(on)
+      config.mode = :signal
+      expect(tracing(klass)).to eq(off)
+      StaticTracing.toggle!
+      config.signal = "USR2"
+      expect(tracing(klass)).to eq(on)
+      expect(effective).to eq([:signal, "USR2", "USR2", Signal.list["USR2"]])
+      config.mode = :on
+      expect(tracing(klass)).to eq(on)
+      expect(effective).to eq([:on, "USR2", nil, 0])
+      config.mode = :signal
+      expect(tracing(klass)).to eq(off)
+    end
+
+    it "turns off what the signal turned on when the mode becomes OFF, and gives the signal back" do
+      skip "USDT probes are not supported here" unless StaticTracing.supported?
+      klass = define_traced(:ConfigSpecReleased)
+      config.mode = :signal
+      StaticTracing.toggle!
+      expect(tracing(klass)).to eq(on)
+      config.mode = :off
+      expect(tracing(klass)).to eq(off)
+      expect(effective).to eq([:off, "TRAP", nil, 0])
+    end
+
+    it "makes StaticTracing.enable!, disable! and toggle! work by hand in every mode" do
+      %i[off signal on].each do |mode|
+        config.mode = mode
+        StaticTracing.disable!
+        expect(StaticTracing.enabled?).to be(false)
+        expect(StaticTracing.toggle!).to be(true)
+        expect(StaticTracing.enable!).to be(true)
+        expect(StaticTracing.toggle!).to be(false)
+        expect(StaticTracing.disable!).to be(false)
+      end
+    end
+  end
+end
