@@ -38,6 +38,9 @@ const SYM_SIZE: u64 = 24;
 const DYN_SIZE: u64 = 16;
 
 const NT_STAPSDT: u32 = 3;
+const NT_GNU_BUILD_ID: u32 = 3;
+const BUILD_ID_SIZE: usize = 20;
+const BUILD_ID_NOTE_SIZE: u64 = 16 + BUILD_ID_SIZE as u64;
 const NOTE_OWNER: &[u8; 8] = b"stapsdt\0";
 
 /// What to generate: a provider, its probes in declaration order, for which
@@ -270,6 +273,7 @@ struct ProgramHeader {
 mod consts {
     pub const PT_LOAD: u32 = 1;
     pub const PT_DYNAMIC: u32 = 2;
+    pub const PT_NOTE: u32 = 4;
     pub const PT_GNU_STACK: u32 = 0x6474_e551;
     pub const PF_X: u32 = 1;
     pub const PF_W: u32 = 2;
@@ -366,15 +370,17 @@ impl<'a> Writer<'a> {
         let name_dynstr = shstrtab.add(&[".dynstr"]);
         let name_dynamic = shstrtab.add(&[".dynamic"]);
         let name_note = shstrtab.add(&[".note.stapsdt"]);
+        let name_build_id = shstrtab.add(&[".note.gnu.build-id"]);
         let name_shstrtab = shstrtab.add(&[".shstrtab"]);
 
         // The tail: read-only metadata the loader needs, then `.dynamic`.
-        let phnum = 1 + 2 * chunks as u64 + 4;
+        let phnum = 1 + 2 * chunks as u64 + 5;
         let phdr_offset = layout.tail_offset();
         let hash_offset = phdr_offset + phnum * PHDR_SIZE;
         let dynsym_offset = align_up(hash_offset + hash.len() as u64 * 4, 8);
         let dynstr_offset = dynsym_offset + symbols.len() as u64 * SYM_SIZE;
-        let tail_ro_end = dynstr_offset + dynstr.bytes.len() as u64;
+        let build_id_offset = align_up(dynstr_offset + dynstr.bytes.len() as u64, 4);
+        let tail_ro_end = build_id_offset + BUILD_ID_NOTE_SIZE;
         let dynamic_offset = align_up(tail_ro_end, page);
         let dynamic: [(u64, u64); 6] = [
             (DT_HASH, hash_offset),
@@ -389,7 +395,7 @@ impl<'a> Writer<'a> {
         let note_offset = align_up(dynamic_offset + dynamic_size, 4);
         let shstrtab_offset = note_offset + notes.len() as u64;
         let shdr_offset = align_up(shstrtab_offset + shstrtab.bytes.len() as u64, 8);
-        let shnum = 8 + 2 * chunks as u64;
+        let shnum = 9 + 2 * chunks as u64;
         self.out = vec![0; (shdr_offset + shnum * SHDR_SIZE) as usize];
 
         // Program headers, in address order as the loader requires.
@@ -475,6 +481,13 @@ impl<'a> Writer<'a> {
             size: dynamic_size,
             align: 8,
         });
+        phdrs.push(ProgramHeader {
+            kind: PT_NOTE,
+            flags: PF_R,
+            offset: build_id_offset,
+            size: BUILD_ID_NOTE_SIZE,
+            align: 4,
+        });
         // Without it the loader would assume the stub needs an executable stack.
         phdrs.push(ProgramHeader {
             kind: PT_GNU_STACK,
@@ -512,6 +525,14 @@ impl<'a> Writer<'a> {
                 dynstr_offset,
                 dynstr_size,
                 1,
+            ),
+            SectionHeader::new(
+                name_build_id,
+                SHT_NOTE,
+                SHF_ALLOC,
+                build_id_offset,
+                BUILD_ID_NOTE_SIZE,
+                4,
             ),
             SectionHeader::new(
                 name_dynamic,
@@ -555,7 +576,27 @@ impl<'a> Writer<'a> {
         for (index, section) in sections.iter().enumerate() {
             self.put_section_header(shdr_offset + index as u64 * SHDR_SIZE, section);
         }
+        self.put_build_id(build_id_offset);
         self.out
+    }
+
+    /// A GNU build-id note, as every linked shared object has: perf keys its
+    /// cache of probed binaries (`perf buildid-cache`, `sdt_*` events) on it.
+    /// The id is a digest of the rest of the image, so it changes with it.
+    fn put_build_id(&mut self, at: u64) {
+        self.put(at, &4u32.to_le_bytes());
+        self.put(at + 4, &(BUILD_ID_SIZE as u32).to_le_bytes());
+        self.put(at + 8, &NT_GNU_BUILD_ID.to_le_bytes());
+        self.put(at + 12, b"GNU\0");
+        let mut id = [0u8; BUILD_ID_SIZE];
+        for (round, chunk) in id.chunks_mut(8).enumerate() {
+            let mut hasher = std::hash::DefaultHasher::new();
+            std::hash::Hasher::write_usize(&mut hasher, round);
+            std::hash::Hasher::write(&mut hasher, &self.out);
+            let digest = std::hash::Hasher::finish(&hasher).to_le_bytes();
+            chunk.copy_from_slice(&digest[..chunk.len()]);
+        }
+        self.put(at + 16, &id);
     }
 
     /// `nbucket`, `nchain`, the buckets, then the chains.

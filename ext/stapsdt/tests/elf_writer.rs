@@ -379,3 +379,45 @@ fn readelf_agrees() {
         );
     }
 }
+
+/// perf keys its cache of probed binaries on the GNU build-id.
+#[test]
+fn images_carry_a_build_id_that_follows_their_content() {
+    let build_id = |probes: &[ProbeSpec]| {
+        let image = build(&ImageSpec {
+            provider: "ids",
+            probes,
+            arch: Arch::X86_64,
+            page_size: 4096,
+        })
+        .unwrap();
+        let parsed = Parsed::new(&image.bytes);
+        let section = parsed
+            .sections_named(".note.gnu.build-id")
+            .next()
+            .expect(".note.gnu.build-id")
+            .clone();
+        assert_eq!(section.kind, elf::SHT_NOTE);
+        let note = parsed
+            .segments
+            .iter()
+            .find(|s| s.kind == elf::PT_NOTE)
+            .expect("PT_NOTE");
+        assert_eq!((note.offset, note.filesz), (section.offset, section.size));
+        assert!(parsed
+            .load_containing(section.address, section.size)
+            .is_some_and(|load| !load.writable()));
+        let bytes = &image.bytes[section.offset as usize..(section.offset + section.size) as usize];
+        assert_eq!(
+            bytes[..16],
+            [4, 0, 0, 0, 20, 0, 0, 0, 3, 0, 0, 0, b'G', b'N', b'U', 0],
+            "namesz, descsz, NT_GNU_BUILD_ID, owner"
+        );
+        bytes[16..].to_vec()
+    };
+    let all = probes(3);
+    let id = build_id(&all[..2]);
+    assert_ne!(id, vec![0; 20]);
+    assert_eq!(build_id(&all[..2]), id, "the same image gets the same id");
+    assert_ne!(build_id(&all), id, "another image gets another id");
+}

@@ -109,6 +109,10 @@ impl<'a> Parsed<'a> {
             .collect();
         let mut notes = Vec::new();
         for section in table.iter() {
+            // The other note, .note.gnu.build-id, is checked on its own.
+            if table.section_name(endian, section).unwrap() != b".note.stapsdt" {
+                continue;
+            }
             let Some(mut iter) = section.notes(endian, data).expect("notes") else {
                 continue;
             };
