@@ -15,6 +15,7 @@ require_relative "static_tracing/blocks"
 require_relative "static_tracing/signal_toggle"
 require_relative "static_tracing/configuration"
 require_relative "static_tracing/state"
+require_relative "static_tracing/rack_middleware"
 
 # USDT probes defined at run time: see README.md.
 module StaticTracing
@@ -33,7 +34,13 @@ module StaticTracing
     # Called by the native side when a stub had to go somewhere other than
     # the first stub directory: says so once for each set of reasons.
     def warn_stub_fallback(skipped)
-      warn_once(skipped, "static_tracing: stub directory skipped: #{skipped.join("; ")}")
+      warn_stub_directories(skipped.join("; "), "stub directory skipped")
+    end
+
+    # The state file (see State) and the stubs pass over the same
+    # directories for the same reasons: what one said is not said again.
+    def warn_stub_directories(reasons, what)
+      warn_once([:stub_directories, reasons], "static_tracing: #{what}: #{reasons}")
     end
 
     def warn_unsupported
@@ -55,4 +62,3 @@ module StaticTracing
 end
 
 StaticTracing::Configuration.configure_from_environment
-StaticTracing::State.publish

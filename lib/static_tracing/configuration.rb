@@ -124,6 +124,7 @@ module StaticTracing
         @mode = mode
         @signal = signal
         switch(mode, signal, previous.first)
+        State.publish
       rescue StandardError
         @mode, @signal = previous
         switch(*previous, mode) if previous.first
