@@ -10,8 +10,6 @@ module StaticTracing
   module State
     FORMAT = 1
 
-    @warned = false
-
     class << self
       # Where the state was last published, or nil.
       attr_reader :path
@@ -21,11 +19,11 @@ module StaticTracing
 
         @path = Native.publish_state(JSON.generate(snapshot))
       rescue StaticTracing::Error => e
-        unless @warned
-          @warned = true
-          warn("static_tracing: cannot publish this process's tracing state " \
-               "for the static-tracing command: #{e.message}")
-        end
+        StaticTracing.warn_stub_directories(
+          e.message.delete_prefix("no stub directory is usable: "),
+          "cannot publish this process's tracing state for the static-tracing command, and probes will load " \
+          "from a memfd (which bpftrace 0.25 and newer cannot attach to): no stub directory is usable"
+        )
         nil
       end
 

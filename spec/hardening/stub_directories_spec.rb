@@ -238,6 +238,22 @@ RSpec.describe "Hostile stub directories" do
     expect_no_writable_executable_mapping(child)
   end
 
+  it "never follows a symbolic link planted at the default path, and loads from a memfd as the last resort" do
+    target = private_dir("target")
+    File.symlink(target, default_host_dir)
+    child = start_child
+
+    path = child.evaluate("load_probe(:hostile)")
+    expect_memfd(child, path)
+    expect_one_warning(child, /: #{skipped(default_dir, "default", "it is a symbolic link\\z")}/)
+    expect(child.evaluate("load_probe(:second)")).to match(%r{\A/proc/#{child.pid}/fd/\d+\z})
+    expect(warnings(child).size).to eq(1)
+    expect_state_in(child, nil)
+    expect_untouched(target)
+    expect(File.readlink(default_host_dir)).to eq(target)
+    expect_no_writable_executable_mapping(child)
+  end
+
   it "never follows symbolic links at $STATIC_TRACING_DIR or the $XDG_RUNTIME_DIR candidate, dangling or not" do
     target = private_dir("target")
     missing = path_in("missing")
@@ -291,6 +307,48 @@ RSpec.describe "Hostile stub directories" do
     expect_state_in(child, default_dir)
     expect_untouched(world)
     expect_untouched(group)
+    expect_no_writable_executable_mapping(child)
+  end
+
+  it "loads from a memfd when every candidate is hostile, and says once why each was skipped" do
+    noexec = mount_tmpfs("noexec", "noexec,size=1m,mode=0700")
+    xdg = private_dir("xdg")
+    open_candidate = private_dir("xdg", "static_tracing", mode: 0o1777)
+    File.chown(HostileStubDirectories::NOBODY, nil, private_dir("tmp", "static_tracing-#{uid}"))
+    child = start_child("STATIC_TRACING_DIR" => noexec, "XDG_RUNTIME_DIR" => xdg)
+
+    path = child.evaluate("load_probe(:hostile)")
+    expect_memfd(child, path)
+    expect_one_warning(child,
+                       skipped(noexec, "$STATIC_TRACING_DIR", "it is on a file system mounted noexec"),
+                       skipped(open_candidate, "$XDG_RUNTIME_DIR", "its mode is 1777"),
+                       skipped(default_dir, "default", "it is owned by uid #{HostileStubDirectories::NOBODY}"))
+    expect(child.evaluate("StaticTracing.providers[:hostile].tracepoints[:hello].fire(2, 'memfd')")).to be(false)
+    expect_state_in(child, nil)
+    [noexec, open_candidate, default_host_dir].each { |dir| expect_untouched(dir) }
+    expect_no_writable_executable_mapping(child)
+  end
+
+  it "loads from a memfd when every candidate is read-only or full, and says so once for stubs and state alike" do
+    full = mount_tmpfs("full", "size=64k,mode=0700")
+    fill(full)
+    xdg = mount_tmpfs("xdg", "size=1m,mode=0700")
+    Dir.mkdir(File.join(xdg, "static_tracing"), 0o700)
+    system("mount", "-o", "remount,ro", xdg, exception: true)
+    default_full = mount_tmpfs(File.join("tmp", "static_tracing-#{uid}"), "size=64k,mode=0700")
+    fill(default_full)
+    child = start_child("STATIC_TRACING_DIR" => full, "XDG_RUNTIME_DIR" => xdg)
+
+    path = child.evaluate("load_probe(:hostile)")
+    expect_memfd(child, path)
+    expect_one_warning(child,
+                       skipped(full, "$STATIC_TRACING_DIR", "cannot write a file in it \\(No space left"),
+                       skipped("#{xdg}/static_tracing", "$XDG_RUNTIME_DIR", "cannot write a file in it \\(Read-only"),
+                       skipped(default_dir, "default", "cannot write a file in it \\(No space left"))
+    expect_state_in(child, nil)
+    expect_untouched(full, ["filler"])
+    expect_untouched(File.join(xdg, "static_tracing"))
+    expect_untouched(default_full, ["filler"])
     expect_no_writable_executable_mapping(child)
   end
 

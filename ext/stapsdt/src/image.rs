@@ -394,8 +394,7 @@ pub fn publish_state(contents: &[u8], candidates: &[Candidate]) -> Result<PathBu
     for candidate in candidates {
         let published = StubDir::open(&candidate.path).and_then(|dir| {
             dir.sweep_once();
-            dir.replace(&name, contents)
-                .map_err(|err| format!("cannot write {name} in it ({err})"))
+            dir.replace(&name, contents).map_err(cannot_write)
         });
         match published {
             Ok(()) => {
@@ -513,7 +512,7 @@ fn place_in_dir(dir: &StubDir, provider: &str, image: &elf::Image) -> Result<Loa
         }
         other => other,
     }
-    .map_err(|err| format!("cannot create a file in it ({err})"))?;
+    .map_err(cannot_write)?;
     owned_files().push(OwnedFile {
         path: path.clone(),
         creator: pid,
@@ -525,7 +524,7 @@ fn place_in_dir(dir: &StubDir, provider: &str, image: &elf::Image) -> Result<Loa
     };
     let loaded = file
         .write_all_at(&image.bytes, 0)
-        .map_err(|err| format!("cannot write to it ({err})"))
+        .map_err(cannot_write)
         .and_then(|()| {
             Library::open(&path).map_err(|err| format!("cannot load a file from it ({err})"))
         });
@@ -536,6 +535,12 @@ fn place_in_dir(dir: &StubDir, provider: &str, image: &elf::Image) -> Result<Loa
             Err(reason)
         }
     }
+}
+
+/// Why a file could not be written in a stub directory. The state file and
+/// the stubs say it in the same words, so that one warning covers both.
+fn cannot_write(err: io::Error) -> String {
+    format!("cannot write a file in it ({err})")
 }
 
 fn place_in_memfd(provider: &str, image: &elf::Image) -> Result<LoadedImage, String> {
