@@ -61,6 +61,39 @@ RSpec.describe "Tracing runtime probes with bpftrace", :e2e do
     expect(output).to include("@[usdt:/proc/#{app.pid}/root#{stub_path}:e2e_app:bye]: 1")
   end
 
+  it "is recorded by perf through its SDT support" do
+    require_command!("perf")
+    path = stub_path
+    event = "sdt_e2e_app:hello"
+    Dir.mktmpdir do |dir|
+      # A cache of our own: perf's shared one remembers stubs of processes
+      # long gone, and refuses to add an SDT event while it does.
+      perf = lambda do |*args|
+        output, status = Open3.capture2e("perf", "--buildid-dir", File.join(dir, "cache"), *args)
+        expect(status).to be_success, "perf #{args.join(' ')}: #{output}"
+        output
+      end
+      perf.call("buildid-cache", "--add", path)
+      perf.call("probe", "-x", path, "-a", event)
+      data = File.join(dir, "perf.data")
+      recorder = E2E::Child.new("perf", "record", "-q", "-e", event, "-p", app.pid.to_s, "-o", data)
+      started_processes << recorder
+      eventually("perf registered the probe") { app.evaluate("hello.enabled?") }
+      # perf turns its event on a moment after the probe is registered, and
+      # says nothing when it has: fire a numbered run long enough to cover
+      # that moment; perf must then see every call from some point on.
+      fired = app.evaluate("(1..300).map { |n| sleep 0.002; hello.fire(n, 'perf', 0.0) }")
+      expect(fired).to all(be(true))
+      recorder.stop("INT")
+      script = perf.call("script", "-i", data, "-F", "event,trace")
+      seen = script.scan(/#{event}: \(\h+\) arg1=(\d+)/).flatten.map(&:to_i)
+      expect(seen).not_to be_empty
+      expect(seen).to eq((seen.first..300).to_a)
+    ensure
+      Open3.capture2e("perf", "probe", "-d", event)
+    end
+  end
+
   it "makes a tracepoint added after load attachable, and keeps an attached tracer counting across the reload" do
     counter = attach_bpftrace(app.pid, "usdt:*:e2e_app:hello { @hello = count(); }")
     expect(app.evaluate("3.times.map { hello.fire(1, 'before', 0.0) }")).to eq([true] * 3)
