@@ -32,6 +32,7 @@ module StaticTracing
           @enabled = true
           MethodTracing.arm_all
           StaticTracing.providers.each { |provider| load_for_tracing(provider) }
+          Native.tracing_toggled(true)
           State.publish
           true
         end
@@ -45,6 +46,7 @@ module StaticTracing
           MethodTracing.disarm_all
           @loaded_by_switch.each_key { |provider| provider.send(:unload_for_tracing) }
           @loaded_by_switch.clear
+          Native.tracing_toggled(false)
           State.publish
           true
         end

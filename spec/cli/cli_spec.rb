@@ -12,6 +12,9 @@ RSpec.describe StaticTracing::CLI do
       expect(result.stdout).to start_with("Usage: static-tracing COMMAND [options]")
       expect(result.stdout).to match(/^ +list +List a process's providers and probes/)
       expect(result.stdout).to match(/^ +latency +Trace a process's latency probes with bpftrace/)
+      expect(result.stdout).to match(/^ +enable +Turn tracing on in a process, with the signal it is configured for/)
+      expect(result.stdout).to match(/^ +disable +Turn tracing off in a process/)
+      expect(result.stdout).to match(/^ +toggle +Turn tracing on if it is off in a process, off if it is on/)
       expect(cli("help").stdout).to eq(result.stdout)
       expect(result.stderr).to be_empty
     end
@@ -24,6 +27,12 @@ RSpec.describe StaticTracing::CLI do
       expect(latency).to start_with("Usage: static-tracing latency PID [--provider P] [--seconds N]")
       expect(latency).to include("--provider P", "--seconds N", "BPFTRACE")
       expect(cli("help", "latency").stdout).to eq(latency)
+      %w[enable disable toggle].each do |command|
+        help = cli(command, "--help")
+        expect(help).to have_attributes(exitstatus: 0, stderr: "")
+        expect(help.stdout).to start_with("Usage: static-tracing #{command} PID [--timeout SECONDS]")
+          .and include("--timeout SECONDS", "mode signal", "nothing to a process that does not listen")
+      end
     end
 
     it "prints the version" do
@@ -33,13 +42,12 @@ RSpec.describe StaticTracing::CLI do
   end
 
   describe "usage errors" do
+    commands = "commands: list, latency, enable, disable, toggle; see static-tracing --help"
     # Each is one line on stderr, pointing at the help, with exit status 2.
     {
-      [] => "static-tracing: no command given (commands: list, latency; see static-tracing --help)",
-      %w[frobnicate 1] => 'static-tracing: unknown command "frobnicate" (commands: list, latency; ' \
-                          "see static-tracing --help)",
-      %w[help frobnicate] => 'static-tracing: unknown command "frobnicate" (commands: list, latency; ' \
-                             "see static-tracing --help)",
+      [] => "static-tracing: no command given (#{commands})",
+      %w[frobnicate 1] => %(static-tracing: unknown command "frobnicate" (#{commands})),
+      %w[help frobnicate] => %(static-tracing: unknown command "frobnicate" (#{commands})),
       %w[list] => "static-tracing list: missing PID (see static-tracing list --help)",
       %w[list 1 2] => "static-tracing list: expected one PID, got 2 arguments: 1 2 (see static-tracing list --help)",
       %w[list 12x] => 'static-tracing list: PID must be a positive integer, got "12x" (see static-tracing list --help)',
@@ -50,7 +58,12 @@ RSpec.describe StaticTracing::CLI do
       %w[latency 1 --seconds soon] => "static-tracing latency: invalid argument: --seconds soon " \
                                       "(see static-tracing latency --help)",
       %w[latency 1 --seconds 0] => "static-tracing latency: --seconds must be more than 0, got 0 " \
-                                   "(see static-tracing latency --help)"
+                                   "(see static-tracing latency --help)",
+      %w[enable] => "static-tracing enable: missing PID (see static-tracing enable --help)",
+      %w[disable 1 2] => "static-tracing disable: expected one PID, got 2 arguments: 1 2 " \
+                         "(see static-tracing disable --help)",
+      %w[toggle 1 --timeout 0] => "static-tracing toggle: --timeout must be more than 0, got 0.0 " \
+                                  "(see static-tracing toggle --help)"
     }.each do |argv, message|
       it "rejects `#{argv.join(" ")}`" do
         result = cli(*argv)
@@ -73,7 +86,7 @@ RSpec.describe StaticTracing::CLI do
     it "prints a table of this process's providers" do
       result = cli("list", Process.pid)
       expect(result).to have_attributes(exitstatus: 0, stderr: "")
-      expect(result.stdout).to match(/\APID #{Process.pid}: \d+ providers?, \d+ probes?, 0 attached$/)
+      expect(result.stdout).to match(/\APID #{Process.pid}: \d+ providers?, \d+ probes?, 0 attached; mode \w+/)
       expect(result.stdout).to include("\ncli_list_self  #{provider.path}\n")
       expect(result.stdout).to match(%r{^  hello +Integer, String/Float +no$})
       expect(result.stdout).to match(/^  bare +- +no$/)
@@ -84,6 +97,9 @@ RSpec.describe StaticTracing::CLI do
       result = cli("list", "--json", Process.pid)
       document = JSON.parse(result.stdout)
       expect(document["pid"]).to eq(Process.pid)
+      expect(document["tracing"]).to include("mode" => StaticTracing::Configuration.mode.to_s,
+                                             "enabled" => StaticTracing.enabled?,
+                                             "state_file" => StaticTracing::State.path)
       mine = document["providers"].find { |entry| entry["name"] == "cli_list_self" }
       expect(mine).to include("path" => provider.path, "memfd" => false, "deleted" => false)
       expect(mine["probes"]).to eq(

@@ -54,7 +54,7 @@ RSpec.describe "static-tracing against a live process", :e2e do
       result = run_cli("list", app.pid)
       expect(result).to have_attributes(exitstatus: 0, stderr: "")
       expect(result.stdout).to eq(<<~TABLE)
-        PID #{app.pid}: 2 providers, 4 probes, 0 attached
+        PID #{app.pid}: 2 providers, 4 probes, 0 attached; mode signal (SIGTRAP), tracing disabled
 
         cli_db  #{db_path}
           PROBE    ARGUMENTS                   ATTACHED
@@ -74,6 +74,8 @@ RSpec.describe "static-tracing against a live process", :e2e do
       app, web_path, db_path = start_app
       document = list_json(app.pid)
       expect(document["pid"]).to eq(app.pid)
+      expect(document["tracing"]).to include("mode" => "signal", "signal" => "TRAP", "signal_number" => 5,
+                                             "enabled" => false, "state_file" => end_with("/#{app.pid}.state"))
       expect(document["providers"].map { |provider| provider.values_at("name", "path", "memfd", "deleted") })
         .to eq([["cli_db", db_path, false, false], ["cli_web", web_path, false, false]])
       expect(document["providers"].map { |provider| provider["load_address"] }).to all(match(/\A0x\h+\z/))
@@ -88,7 +90,8 @@ RSpec.describe "static-tracing against a live process", :e2e do
       bpftrace = attach_bpftrace(app.pid, "usdt:*:cli_web:render { @renders = count(); }")
 
       table = run_cli("list", app.pid).stdout
-      expect(table).to start_with("PID #{app.pid}: 2 providers, 4 probes, 1 attached\n")
+      expect(table).to start_with("PID #{app.pid}: 2 providers, 4 probes, 1 attached; mode signal (SIGTRAP), " \
+                                  "tracing disabled\n")
       expect(table).to match(/^  render +Integer +yes$/)
       expect(table.scan(/ no$/).size).to eq(3)
       render = list_json(app.pid)["providers"].last["probes"].last
@@ -185,7 +188,7 @@ RSpec.describe "static-tracing against a live process", :e2e do
   describe "errors" do
     it "says there is no such process, for each command" do
       pid = dead_pid
-      %w[list latency].each do |command|
+      %w[list latency enable disable toggle].each do |command|
         result = run_cli(command, pid)
         expect(result).to have_attributes(exitstatus: 1, stdout: "")
         expect(result.stderr).to eq("static-tracing: no process with PID #{pid}: check the PID (ps -p #{pid})\n")

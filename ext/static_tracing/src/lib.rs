@@ -2,6 +2,7 @@
 //! `lib/static_tracing` builds the public Ruby API. The probe machinery
 //! itself (ELF stubs, loading) is the `stapsdt` crate, which knows no Ruby.
 
+mod internal_probes;
 mod ruby_api;
 
 use magnus::{Error, Ruby};

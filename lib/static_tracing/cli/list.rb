@@ -31,8 +31,17 @@ module StaticTracing
         pid = pid_argument(args)
         target = loaded_target(pid)
         states = target.probe_states
+        @tracing = published_state(pid)
         @json ? out.puts(JSON.pretty_generate(document(pid, states))) : print_table(pid, target, states)
         0
+      end
+
+      # What the process says about its tracing, or nil when it publishes
+      # nothing readable: the probes are worth listing without it.
+      def published_state(pid)
+        ProcessState.new(pid).read
+      rescue Error
+        nil
       end
 
       def document(pid, states)
@@ -43,7 +52,7 @@ module StaticTracing
             probes: probes.map { |state| probe_document(state) }
           }
         end
-        { pid:, providers: }
+        { pid:, tracing: @tracing&.to_h, providers: }
       end
 
       def probe_document(state)
@@ -66,7 +75,14 @@ module StaticTracing
 
       def summary(pid, target, states)
         "PID #{pid}: #{count(target.stubs.size, "provider")}, #{count(states.size, "probe")}, " \
-          "#{states.count(&:attached)} attached"
+          "#{states.count(&:attached)} attached#{tracing_summary}"
+      end
+
+      def tracing_summary
+        return "" unless @tracing
+
+        signal = " (#{@tracing.signal_name})" if @tracing.mode == "signal"
+        "; mode #{@tracing.mode}#{signal}, tracing #{@tracing.enabled ? "enabled" : "disabled"}"
       end
 
       def row(state)

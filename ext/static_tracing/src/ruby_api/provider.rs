@@ -9,6 +9,7 @@ use super::arguments;
 use super::errors::{argument_error, provider_load_error};
 use super::root;
 use super::tracepoint::{SiteSlot, Tracepoint};
+use crate::internal_probes;
 use magnus::{
     function, method, prelude::*, typed_data::Obj, DataTypeFunctions, Error, RArray, Ruby, Symbol,
     TypedData,
@@ -62,8 +63,13 @@ pub fn publish_state(ruby: &Ruby, contents: magnus::RString) -> Result<String, E
     // SAFETY: copied before any other Ruby call.
     let bytes = unsafe { contents.as_slice() }.to_vec();
     image::publish_state(&bytes, &stub_dir::candidates())
-        .map(|path| path.display().to_string())
+        .map(|path| {
+            let path = path.display().to_string();
+            internal_probes::state_publish(&path);
+            path
+        })
         .map_err(|skipped| {
+            internal_probes::stub_fallback(&skipped);
             let reasons: Vec<String> = skipped.iter().map(Skipped::to_string).collect();
             super::errors::base_error(
                 ruby,
@@ -166,7 +172,30 @@ impl Provider {
             }
         };
         state.publish_sites();
+        match &outcome {
+            Ok(_) => self.report_loaded(state),
+            Err(err) => self.report_load_error(err),
+        }
         outcome
+    }
+
+    fn report_loaded(&self, state: &State) {
+        if let Some(image) = &state.image {
+            internal_probes::provider_load(
+                &self.name,
+                || image.path().display().to_string(),
+                state.probes.len(),
+            );
+        }
+    }
+
+    /// The locations tried before giving up count as fallbacks too: that is
+    /// where an operator sees why each was refused.
+    fn report_load_error(&self, err: &LoadError) {
+        if let LoadError::NowhereToLoad { tried, .. } = err {
+            internal_probes::stub_fallback(tried);
+        }
+        internal_probes::load_error(&self.name, || err.to_string());
     }
 
     /// Loads the image if it is not loaded.
@@ -179,11 +208,18 @@ impl Provider {
             let loaded = rb_self
                 .spec(&state.probes)
                 .and_then(|spec| LoadedImage::load(&spec, &stub_dir::candidates()));
-            loaded.map(|(image, skipped)| {
-                state.image = Some(image);
-                state.publish_sites();
-                skipped
-            })
+            match loaded {
+                Ok((image, skipped)) => {
+                    state.image = Some(image);
+                    state.publish_sites();
+                    rb_self.report_loaded(&state);
+                    Ok(skipped)
+                }
+                Err(err) => {
+                    rb_self.report_load_error(&err);
+                    Err(err)
+                }
+            }
         };
         match loaded {
             Ok(skipped) => warn_skipped(ruby, skipped),
@@ -198,6 +234,7 @@ impl Provider {
             // SAFETY: see the module docs of `ruby_api`; the slots no longer
             // point into the image.
             unsafe { image.unload() };
+            internal_probes::provider_unload(&self.name);
         }
     }
 
@@ -224,6 +261,7 @@ fn warn_skipped(ruby: &Ruby, skipped: Vec<Skipped>) -> Result<(), Error> {
     if skipped.is_empty() {
         return Ok(());
     }
+    internal_probes::stub_fallback(&skipped);
     let messages: Vec<String> = skipped.iter().map(Skipped::to_string).collect();
     root(ruby).funcall::<_, _, magnus::Value>("warn_stub_fallback", (messages,))?;
     Ok(())
@@ -239,5 +277,12 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     class.define_method("_unload", method!(Provider::unload, 0))?;
     class.define_method("loaded?", method!(Provider::is_loaded, 0))?;
     class.define_method("path", method!(Provider::path, 0))?;
+    // Called by StaticTracing::Switch, which owns the tracing state.
+    root(ruby)
+        .define_module("Native")?
+        .define_singleton_method(
+            "tracing_toggled",
+            function!(internal_probes::tracing_toggle, 1),
+        )?;
     Ok(())
 }

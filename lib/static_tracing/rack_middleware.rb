@@ -1,0 +1,59 @@
+# frozen_string_literal: true
+
+module StaticTracing
+  # Rack middleware firing `usdt:*:rack:request` for each request, with
+  # arg0 = method, arg1 = path (SCRIPT_NAME + PATH_INFO, no query string),
+  # arg2 = status, arg3 = latency in nanoseconds:
+  #
+  #   use StaticTracing::RackMiddleware                    # provider rack
+  #   use StaticTracing::RackMiddleware, provider: :web    # usdt:*:web:request
+  #
+  #   bpftrace -p PID -e 'usdt:*:rack:request { printf("%s %s %d %d\n", str(arg0), str(arg1), arg2, arg3); }'
+  #
+  # The probe is declared when the middleware is built, so its provider
+  # loads as the configured mode says, like any tracepoint's. While no
+  # tracer is attached a request costs one enabled? check: the clock is
+  # not read. The latency is the time spent in the app's #call; a streamed
+  # body is not waited for, since the response passes through untouched.
+  # A request whose app raises fires with status 500, and the exception
+  # propagates unchanged.
+  class RackMiddleware
+    PROVIDER = :rack
+    PROBE = :request
+    TYPES = [String, String, Integer, Integer].freeze
+    ERROR_STATUS = 500
+
+    attr_reader :tracepoint
+
+    def initialize(app, provider: PROVIDER)
+      @app = app
+      @tracepoint = Tracepoint.new(provider, PROBE, *TYPES)
+    end
+
+    def call(env)
+      return @app.call(env) unless @tracepoint.enabled?
+
+      started = StaticTracing.nsec
+      status = ERROR_STATUS
+      begin
+        response = @app.call(env)
+        status = status_of(response)
+        response
+      ensure
+        @tracepoint.fire(env["REQUEST_METHOD"].to_s, "#{env["SCRIPT_NAME"]}#{env["PATH_INFO"]}", status,
+                         StaticTracing.nsec - started)
+      end
+    end
+
+    private
+
+    # Rack says an Integer; some apps give a String. Tracing must not fail
+    # the request over it.
+    def status_of(response)
+      status = response[0] if response.respond_to?(:[])
+      status.respond_to?(:to_i) ? status.to_i : 0
+    rescue StandardError
+      0
+    end
+  end
+end

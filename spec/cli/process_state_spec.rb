@@ -1,0 +1,168 @@
+# frozen_string_literal: true
+
+require "fileutils"
+require "json"
+require "tmpdir"
+require "static_tracing/cli"
+
+# Finding and trusting a process's `<pid>.state` file, against a fake /proc
+# tree where the process's environment, uid and start time are made up.
+RSpec.describe StaticTracing::CLI::ProcessState do
+  let(:pid) { 4_194_301 }
+  let(:start_time) { 987_654 }
+  let(:uid) { 4242 }
+  let(:root) { Dir.mktmpdir("process_state") }
+  let(:proc_dir) { File.join(root, "proc") }
+  let(:cwd) { File.join(root, "cwd") }
+
+  after { FileUtils.rm_rf(root) }
+
+  # /proc/PID as far as ProcessState reads it. The command name has a
+  # space and a parenthesis, as a process can choose.
+  def fake_process(env: {}, start: start_time, caught: [5])
+    dir = File.join(proc_dir, pid.to_s)
+    FileUtils.mkdir_p([dir, cwd])
+    File.write(File.join(dir, "environ"), env.map { |name, value| "#{name}=#{value}\0" }.join)
+    write_stat(dir, start)
+    mask = caught.sum { |signal| 1 << (signal - 1) }
+    File.write(File.join(dir, "status"), "Name:\truby\nUid:\t1000\t#{uid}\t#{uid}\t#{uid}\n" \
+                                         "SigIgn:\t0000000000000000\nSigCgt:\t#{format("%016x", mask)}\n")
+    File.symlink(cwd, File.join(dir, "cwd"))
+    described_class.new(pid, proc_dir:)
+  end
+
+  def write_stat(dir, start)
+    fields = ["S", *Array.new(18, "0"), start.to_s, *Array.new(30, "0")]
+    File.write(File.join(dir, "stat"), "#{pid} (ruby (worker) 1) #{fields.join(" ")}\n")
+  end
+
+  def state(**overrides)
+    { "format" => 1, "pid" => pid, "start_time" => start_time, "mode" => "signal", "signal" => "TRAP",
+      "signal_number" => 5, "enabled" => false, "version" => "0.1.0", "ruby" => "3.1.2" }.merge(overrides)
+  end
+
+  def publish(dir, contents)
+    FileUtils.mkdir_p(dir)
+    path = File.join(dir, "#{pid}.state")
+    File.write(path, contents.is_a?(Hash) ? JSON.generate(contents) : contents)
+    path
+  end
+
+  describe "#candidates" do
+    it "follows the process's environment, in the order the process uses, then its uid's default" do
+      process = fake_process(env: { "STATIC_TRACING_DIR" => "/srv/stubs", "XDG_RUNTIME_DIR" => "/run/user/4242" })
+      expect(process.candidates.map(&:to_a)).to eq(
+        [["/srv/stubs", "$STATIC_TRACING_DIR"], ["/run/user/4242/static_tracing", "$XDG_RUNTIME_DIR"],
+         ["/tmp/static_tracing-4242", "default"]]
+      )
+    end
+
+    it "resolves a relative STATIC_TRACING_DIR against the process's working directory" do
+      process = fake_process(env: { "STATIC_TRACING_DIR" => "tmp/stubs" })
+      expect(process.candidates.first.dir).to eq(File.join(cwd, "tmp/stubs"))
+    end
+
+    it "skips empty settings and a relative XDG_RUNTIME_DIR, as the process does" do
+      process = fake_process(env: { "STATIC_TRACING_DIR" => "", "XDG_RUNTIME_DIR" => "run/user" })
+      expect(process.candidates.map(&:origin)).to eq(["default"])
+    end
+
+    it "takes the effective uid" do
+      expect(fake_process.uid).to eq(uid)
+    end
+  end
+
+  describe "#read" do
+    let(:env) { { "STATIC_TRACING_DIR" => File.join(root, "dir"), "XDG_RUNTIME_DIR" => File.join(root, "xdg") } }
+
+    it "reads the process's state" do
+      process = fake_process(env:)
+      usr2 = state("enabled" => true, "signal" => "USR2", "signal_number" => 12)
+      path = publish(File.join(root, "xdg", "static_tracing"), usr2)
+      expect(process.read).to have_attributes(path:, mode: "signal", signal: "USR2", signal_number: 12,
+                                              enabled: true, signal_name: "SIGUSR2")
+    end
+
+    it "takes the first candidate that has the file" do
+      process = fake_process(env:)
+      first = publish(File.join(root, "dir"), state("enabled" => true))
+      publish(File.join(root, "xdg", "static_tracing"), state("enabled" => false))
+      expect(process.read).to have_attributes(path: first, enabled: true)
+    end
+
+    it "reads it anew on each call" do
+      process = fake_process(env:)
+      dir = File.join(root, "dir")
+      publish(dir, state("enabled" => false))
+      expect(process.read.enabled).to be(false)
+      publish(dir, state("enabled" => true))
+      expect(process.read.enabled).to be(true)
+    end
+
+    it "is nil when the process published nothing" do
+      expect(fake_process(env:).read).to be_nil
+    end
+
+    it "sets aside a file an earlier process with the same pid left, and goes on to the next" do
+      process = fake_process(env:)
+      stale = publish(File.join(root, "dir"), state("start_time" => start_time - 1000, "mode" => "on"))
+      expect(process.read).to be_nil
+      expect(process.rejected.map(&:to_a)).to eq(
+        [[stale, "it was written by an earlier process with the same pid (started at tick #{start_time - 1000}; " \
+                 "process #{pid} started at tick #{start_time})"]]
+      )
+
+      fresh = publish(File.join(root, "xdg", "static_tracing"), state)
+      expect(process.read).to have_attributes(path: fresh, mode: "signal")
+    end
+
+    it "sets aside files that are not this process's state" do
+      process = fake_process(env:)
+      {
+        "{not json" => /\Ait is not valid JSON/,
+        "[1, 2]" => "it is not a JSON object",
+        JSON.generate(state("pid" => pid + 1)) => "it names pid #{pid + 1}",
+        JSON.generate(state("format" => 2)) => "it has format 2, this static-tracing reads format 1",
+        JSON.generate(state("mode" => "sometimes")) => 'its mode "sometimes" is not one of on, off, signal'
+      }.each do |contents, reason|
+        publish(File.join(root, "dir"), contents)
+        expect(process.read).to be_nil
+        expect(process.rejected.map(&:reason)).to contain_exactly(reason)
+      end
+    end
+  end
+
+  describe "#catches?" do
+    it "reads the caught signals from the process's status" do
+      process = fake_process(caught: [5, 12, 64])
+      expect([5, 12, 64].map { |signal| process.catches?(signal) }).to all(be(true))
+      expect([1, 10, 15, 63].map { |signal| process.catches?(signal) }).to all(be(false))
+    end
+  end
+
+  describe "#alive?" do
+    it "is false once another process has the pid" do
+      process = fake_process
+      expect(process.start_time).to eq(start_time)
+      expect(process.alive?).to be(true)
+      write_stat(File.join(proc_dir, pid.to_s), start_time + 5)
+      expect(process.alive?).to be(false)
+    end
+  end
+
+  it "refuses a pid no process has" do
+    expect { described_class.new(pid, proc_dir:) }
+      .to raise_error(StaticTracing::CLI::Error, "no process with PID #{pid}: check the PID (ps -p #{pid})")
+  end
+
+  it "reads what this process publishes, through the real /proc" do
+    skip "USDT probes are not supported on #{RUBY_PLATFORM}" unless StaticTracing.supported?
+
+    StaticTracing::State.publish
+    published = described_class.new(Process.pid).read
+    expect(published).to have_attributes(path: StaticTracing::State.path,
+                                         mode: StaticTracing::Configuration.mode.to_s,
+                                         signal: StaticTracing::SignalToggle.signal,
+                                         enabled: StaticTracing.enabled?)
+  end
+end
