@@ -16,7 +16,6 @@ require_relative "static_tracing/signal_toggle"
 require_relative "static_tracing/configuration"
 require_relative "static_tracing/state"
 require_relative "static_tracing/rack_middleware"
-require_relative "static_tracing/rack_middleware"
 
 # USDT probes defined at run time: see README.md.
 module StaticTracing
