@@ -19,7 +19,7 @@ RSpec.describe "Tracing runtime probes with bpftrace", :e2e do
     fired = app.evaluate("#{values.inspect}.map { |number, text| hello.fire(number, text, 1.5) }")
     expect(fired).to all(be(true))
 
-    lines = tracer.finish.lines.map(&:chomp).grep(/\|/)
+    lines = tracer.finish(after: /^42\|\|/).lines.map(&:chomp).grep(/\|/)
     float_bits = [1.5].pack("D").unpack1("Q")
     expect(lines).to eq(values.map { |number, text| "#{number}|#{text}|#{float_bits}" })
   end
@@ -29,7 +29,7 @@ RSpec.describe "Tracing runtime probes with bpftrace", :e2e do
     app.evaluate('hello.fire(1, "before\0after", 0.0)')
     app.evaluate('hello.fire(2, "a slice of a longer string"[2, 5], 0.0)')
     app.evaluate('hello.fire(3, "frozen".freeze, 0.0)')
-    expect(tracer.finish.lines.map(&:chomp).grep(/^</)).to eq(%w[<before> <slice> <frozen>])
+    expect(tracer.finish(after: /^<frozen>$/).lines.map(&:chomp).grep(/^</)).to eq(%w[<before> <slice> <frozen>])
   end
 
   it "is enabled only while a tracer is attached" do
@@ -70,7 +70,7 @@ RSpec.describe "Tracing runtime probes with bpftrace", :e2e do
       # long gone, and refuses to add an SDT event while it does.
       perf = lambda do |*args|
         output, status = Open3.capture2e("perf", "--buildid-dir", File.join(dir, "cache"), *args)
-        expect(status).to be_success, "perf #{args.join(' ')}: #{output}"
+        expect(status).to be_success, "perf #{args.join(" ")}: #{output}"
         output
       end
       perf.call("buildid-cache", "--add", path)
@@ -104,7 +104,7 @@ RSpec.describe "Tracing runtime probes with bpftrace", :e2e do
     expect(bpftrace_list(app.pid, "usdt:*:e2e_app:late")).to eq(["usdt:/proc/#{app.pid}/root#{stub_path}:e2e_app:late"])
     late = attach_bpftrace(app.pid, 'usdt:*:e2e_app:late { printf("late %ld\n", arg0); }')
     expect(app.evaluate("late.fire(77)")).to be(true)
-    expect(late.finish).to include("late 77")
+    expect(late.finish(after: /^late 77$/)).to include("late 77")
     expect(counter.finish).to include("@hello: 7")
   end
 

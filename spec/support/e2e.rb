@@ -134,7 +134,11 @@ module E2E
     end
 
     # Stops bpftrace with SIGINT, so it prints its maps, and returns all output.
-    def finish(timeout: 10)
+    # bpftrace 0.17 drops the printf output still in its buffers once it is
+    # interrupted (maps are safe: they are read at exit), so give +after+, a
+    # pattern of the last output expected, when a spec reads printf lines.
+    def finish(after: nil, timeout: 30)
+      wait_for(after) if after
       stop("INT", timeout:)
       output
     end
