@@ -94,6 +94,9 @@ RSpec.describe StaticTracing::CLI do
     end
 
     it "prints the same as JSON" do
+      # Examples before this one may have changed the mode without the
+      # state being published since.
+      StaticTracing::State.publish
       result = cli("list", "--json", Process.pid)
       document = JSON.parse(result.stdout)
       expect(document["pid"]).to eq(Process.pid)
