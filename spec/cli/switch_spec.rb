@@ -89,6 +89,23 @@ RSpec.describe "static-tracing enable, disable and toggle" do
       .to start_with("PID #{process.pid}: 1 provider, 1 probe, 0 attached; mode signal (SIGTRAP), tracing enabled\n")
   end
 
+  it "switches one unicorn worker, forked from a master that loaded the gem, and no other process" do
+    skip "unicorn is not installed" unless system("command -v unicorn >/dev/null 2>&1")
+
+    unicorn = start_unicorn(workers: 2)
+    first, second = unicorn.worker_pids
+    expect_success(run_cli("enable", first), "Tracing enabled in process #{first} (sent SIGTRAP).\n")
+    expect(JSON.parse(run_cli("list", "--json", first).stdout)["tracing"]).to include("enabled" => true)
+    [second, unicorn.pid].each do |other|
+      expect_success(run_cli("disable", other), "Tracing is already disabled in process #{other}; nothing sent.\n")
+    end
+
+    expect_success(run_cli("toggle", first), "Tracing disabled in process #{first} (sent SIGTRAP).\n")
+    expect(unicorn).to be_alive
+    expect([first, second]).to all(satisfy { |pid| File.directory?("/proc/#{pid}") })
+    expect(unicorn.output).not_to include("reaped")
+  end
+
   describe "refusals, with the process left alive and untouched" do
     def expect_refusal(result, *fragments)
       expect(result).to have_attributes(exitstatus: 1, stdout: "")
