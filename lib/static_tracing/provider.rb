@@ -27,6 +27,14 @@ module StaticTracing
         register(name).load
       end
 
+      # Raises what declaring +probe+ with +types+ on a new provider
+      # +name+ would, and registers nothing: a refused declaration must not
+      # leave its provider behind in the registry.
+      def check_declaration(name, probe, types)
+        _new(Names.string(:provider, name)).send(:_declare, Names.string(:probe, probe), types)
+        nil
+      end
+
       private :_new, :new
     end
 

@@ -11,7 +11,10 @@ module StaticTracing
     # The tracepoint +name+ of +provider+ (a name or a Provider), declared
     # with +types+ if new; the provider is registered if needed.
     def self.new(provider, name, *types)
-      provider = Provider.register(provider) unless provider.is_a?(Provider)
+      unless provider.is_a?(Provider)
+        Provider.check_declaration(provider, name, types) unless StaticTracing.providers.key?(provider)
+        provider = Provider.register(provider)
+      end
       provider.add_tracepoint(name, *types)
     end
 

@@ -190,7 +190,10 @@ RSpec.describe "Bad input to the public API" do
   probe_entries = [
     ["Provider#add_tracepoint", ->(name) { fixture.add_tracepoint(name, Integer) }],
     ["Tracepoint.new", ->(name) { StaticTracing::Tracepoint.new(:fixture, name) }],
-    ["StaticTracing.tracepoint", ->(name) { StaticTracing.tracepoint(:fixture, name) { nil } }]
+    ["Tracepoint.new with a new provider", ->(name) { StaticTracing::Tracepoint.new(:brand_new, name, String) }],
+    ["StaticTracing.tracepoint", ->(name) { StaticTracing.tracepoint(:fixture, name) { nil } }],
+    ["StaticTracing.tracepoint with a new provider",
+     ->(name) { StaticTracing.tracepoint(:brand_new, name, Float) { 1.0 } }]
   ]
 
   shared_examples "name checks" do
@@ -236,6 +239,7 @@ RSpec.describe "Bad input to the public API" do
     entries = [
       ["Provider#add_tracepoint", ->(types) { fixture.add_tracepoint(:typed, *types) }],
       ["Tracepoint.new", ->(types) { StaticTracing::Tracepoint.new(:fixture, :typed, *types) }],
+      ["Tracepoint.new with a new provider", ->(types) { StaticTracing::Tracepoint.new(:brand_new, :typed, *types) }],
       ["StaticTracing.tracepoint", ->(types) { StaticTracing.tracepoint(:fixture, :typed, *types) { nil } }]
     ]
     entries.each do |entry, call|
