@@ -18,8 +18,20 @@ module StaticTracing
 
     @latency = Hash.new { |hash, provider| hash[provider] = {} }
     @custom = Hash.new { |hash, provider| hash[provider] = {} }
+    @checked = {}
 
     class << self
+      # Checks the names of a latency block while tracing is off, when its
+      # probe is not declared, so that a bad name fails at once rather than
+      # when tracing is turned on. Once per call site, then a lookup.
+      def check_latency_names(provider, name)
+        return if @checked[provider]&.key?(name)
+
+        Names.string(:provider, provider) if provider
+        Names.string(:probe, name)
+        STATE_LOCK.synchronize { (@checked[provider] ||= {})[name] = true }
+      end
+
       def latency_tracepoint(provider, name)
         @latency[provider][name] ||
           STATE_LOCK.synchronize { @latency[provider][name] ||= Tracepoint.new(provider, name, Integer) }
@@ -61,7 +73,11 @@ module StaticTracing
     def latency(target = nil, method_name = nil, name: nil, provider: nil, &block)
       return trace_method_latency(target, method_name, provider) if target
       raise ArgumentError, "StaticTracing.latency needs name: and a block, or a method to trace" unless block && name
-      return yield unless Switch.enabled?
+
+      unless Switch.enabled?
+        Blocks.check_latency_names(provider, name)
+        return yield
+      end
 
       tracepoint = Blocks.latency_tracepoint(provider || Blocks.provider_of(block.binding.receiver), name)
       return yield unless tracepoint.enabled?

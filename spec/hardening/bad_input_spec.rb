@@ -181,6 +181,8 @@ RSpec.describe "Bad input to the public API" do
     ["Provider.load", ->(name) { StaticTracing::Provider.load(name) }],
     ["Tracepoint.new", ->(name) { StaticTracing::Tracepoint.new(name, :probe, Integer) }],
     ["StaticTracing.tracepoint", ->(name) { StaticTracing.tracepoint(name, :probe, Integer) { 1 } }],
+    ["StaticTracing.latency with a block",
+     ->(name) { StaticTracing.latency(name: :probe, provider: name) { 1 } }, true],
     ["StaticTracing.latency of a method", ->(name) { StaticTracing.latency(target, :work, provider: name) }, true],
     ["LatencyTracer.with", ->(name) { StaticTracing::LatencyTracer.with(provider: name) }, true],
     ["StackTracer.with", ->(name) { StaticTracing::StackTracer.with(provider: name) }, true]
@@ -193,7 +195,10 @@ RSpec.describe "Bad input to the public API" do
     ["Tracepoint.new with a new provider", ->(name) { StaticTracing::Tracepoint.new(:brand_new, name, String) }],
     ["StaticTracing.tracepoint", ->(name) { StaticTracing.tracepoint(:fixture, name) { nil } }],
     ["StaticTracing.tracepoint with a new provider",
-     ->(name) { StaticTracing.tracepoint(:brand_new, name, Float) { 1.0 } }]
+     ->(name) { StaticTracing.tracepoint(:brand_new, name, Float) { 1.0 } }],
+    ["StaticTracing.latency", ->(name) { StaticTracing.latency(name:, provider: :fixture) { 1 } }, :needs_name],
+    ["StaticTracing.latency with a new provider", ->(name) { StaticTracing.latency(name:, provider: :brand_new) { 1 } },
+     :needs_name]
   ]
 
   shared_examples "name checks" do
