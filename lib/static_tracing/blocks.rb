@@ -122,13 +122,35 @@ module StaticTracing
     private
 
     def trace_method_latency(target, method_name, provider)
-      owner, method_name = method_name.nil? ? [Native.caller_self(2), target] : [target, method_name]
-      unless owner.is_a?(Module) && (method_name.is_a?(Symbol) || method_name.is_a?(String))
-        raise ArgumentError, "StaticTracing.latency(:method) goes in a class body; " \
-                             "elsewhere use StaticTracing.latency(SomeClass, :method)"
-      end
+      in_class_body = method_name.nil?
+      owner, method_name = in_class_body ? [Native.caller_self(2), target] : [target, method_name]
+      check_latency_method(owner, method_name, in_class_body)
       MethodTracing.trace(owner, kind: LatencyTracer::KIND, provider:, only: [method_name.to_sym], inherited: false)
       nil
+    end
+
+    # A method named here must be one that can be traced: the rules that
+    # quietly leave operators alone in a traced class would leave the
+    # caller wondering why no probe appears.
+    def check_latency_method(owner, method_name, in_class_body)
+      unless method_name.is_a?(Symbol) || method_name.is_a?(String)
+        raise ArgumentError, "StaticTracing.latency: method name must be a Symbol or String, got #{method_name.inspect}"
+      end
+      raise ArgumentError, latency_target_problem(owner, method_name.to_sym, in_class_body) unless owner.is_a?(Module)
+
+      probe = MethodTracing.probe_name_for(method_name) or
+        raise ArgumentError, "cannot trace #{owner.name || owner.inspect}##{method_name}: operator methods, and " \
+                             "methods not named like identifiers, have no probe name"
+      Names.string(:probe, probe)
+    end
+
+    def latency_target_problem(owner, method_name, in_class_body)
+      if in_class_body
+        "StaticTracing.latency(#{method_name.inspect}) goes in a class body (here self is an instance of " \
+          "#{owner.class}); elsewhere use StaticTracing.latency(SomeClass, #{method_name.inspect})"
+      else
+        "StaticTracing.latency(target, #{method_name.inspect}): target must be a Class or Module, got #{owner.inspect}"
+      end
     end
   end
 end

@@ -240,6 +240,46 @@ RSpec.describe "Bad input to the public API" do
     include_examples "name checks"
   end
 
+  describe "StaticTracing.latency of a method, given a bad method" do
+    it "refuses a target that is not a class or module, naming it" do
+      expect_refused(ArgumentError, /target must be a Class or Module, got 42/) { StaticTracing.latency(42, :work) }
+    end
+
+    it "refuses a method name that is not a Symbol or String" do
+      expect_refused(ArgumentError, /method name must be a Symbol or String, got 42/) do
+        StaticTracing.latency(target, 42)
+      end
+    end
+
+    it "refuses the class-body form outside a class body, naming self" do
+      message = /StaticTracing\.latency\(:work\) goes in a class body \(here self is an instance of .*\); elsewhere use/
+      expect_refused(ArgumentError, message) do
+        StaticTracing.latency(:work)
+      end
+    end
+
+    it "refuses methods that have no probe name: operators, and names that are not identifiers" do
+      expect_refused(ArgumentError, /cannot trace BadInputTarget#\+: .*no probe name/) do
+        StaticTracing.latency(target, :+)
+      end
+      expect_refused(ArgumentError, /cannot trace BadInputTarget#a-b: .*no probe name/) do
+        StaticTracing.latency(target, :"a-b")
+      end
+    end
+
+    it "refuses a method whose probe name would be too long" do
+      expect_refused(ArgumentError, /invalid probe name "a{200}" \(too long\)/) do
+        StaticTracing.latency(target, ("a" * 200).to_sym)
+      end
+    end
+
+    it "refuses them inside a class body as well" do
+      expect_refused(ArgumentError, /cannot trace BadInputTarget#\+: .*no probe name/) do
+        target.class_eval { StaticTracing.latency(:+) }
+      end
+    end
+  end
+
   describe "argument types" do
     entries = [
       ["Provider#add_tracepoint", ->(types) { fixture.add_tracepoint(:typed, *types) }],
