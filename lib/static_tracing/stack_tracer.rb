@@ -19,6 +19,9 @@ module StaticTracing
   module StackTracer
     KIND = :stack
     DEFAULT_MAX_BYTES = 200
+    # More than any stack needs. A larger Integer does not fit the native
+    # side's size_t: every traced call would raise while a tracer is attached.
+    MAX_MAX_BYTES = 1 << 32
 
     @max_bytes = DEFAULT_MAX_BYTES
 
@@ -27,9 +30,9 @@ module StaticTracing
       attr_reader :max_bytes
 
       def max_bytes=(bytes)
-        unless bytes.is_a?(Integer) && bytes.positive?
+        unless bytes.is_a?(Integer) && bytes.between?(1, MAX_MAX_BYTES)
           raise ArgumentError,
-                "max_bytes must be an Integer of at least 1, got #{bytes.inspect}"
+                "max_bytes must be an Integer of at least 1 and at most #{MAX_MAX_BYTES}, got #{bytes.inspect}"
         end
 
         @max_bytes = bytes

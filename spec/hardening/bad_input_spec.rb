@@ -440,6 +440,17 @@ RSpec.describe "Bad input to the public API" do
       end
     end
   end
+
+  describe "StackTracer.max_bytes=" do
+    BadInput::MAX_BYTES.each do |value|
+      it "refuses #{value.inspect}" do
+        message = /\Amax_bytes must be an Integer of at least 1 and at most \d+, got #{Regexp.escape(value.inspect)}\z/
+        expect_refused(ArgumentError, message) do
+          StaticTracing::StackTracer.max_bytes = value
+        end
+      end
+    end
+  end
 end
 
 # The values fire accepts as valid data, read back by a real bpftrace.
