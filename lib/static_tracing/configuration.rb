@@ -105,7 +105,7 @@ module StaticTracing
 
       def signal_name(value)
         case value
-        when Integer then Signal.signame(value) if value.positive?
+        when Integer then Signal.signame(value) if Signal.list.value?(value)
         when /\A\s*\d+\s*\z/ then signal_name(Integer(value.to_s, 10))
         when String, Symbol
           name = value.to_s.strip.upcase.delete_prefix("SIG")

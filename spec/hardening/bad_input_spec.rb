@@ -112,7 +112,7 @@ module BadInput
 
   RESERVED = ["KILL", :SIGKILL, 9, "STOP", "sigstop", 19, "SEGV", 11, "BUS", "ILL", "FPE", "VTALRM", :SIGVTALRM].freeze
 
-  MISSPELLED_SIGNALS = ["TRAPP", "SIGTRAPP", :USR3, "", "SIG", nil, 0, -1, 999, 5.0, "EXIT", :EXIT, "TR\0AP",
+  MISSPELLED_SIGNALS = ["TRAPP", "SIGTRAPP", :USR3, "", "SIG", nil, 0, -1, 999, 2**70, 5.0, "EXIT", :EXIT, "TR\0AP",
                         "USR 2", {}].freeze
 
   MAX_BYTES = [0, -1, 1.5, nil, "10", Float::INFINITY, 2**70].freeze
