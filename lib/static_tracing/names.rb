@@ -14,8 +14,13 @@ module StaticTracing
       end
       string = name.to_s
       unless string.ascii_only? && string.valid_encoding?
-        raise ArgumentError, "invalid #{kind} name #{string.inspect} " \
-                             "(only letters, digits and underscores are allowed): #{kind} names #{Native::NAME_RULE}"
+        # A UTF-16 "ab" shows as "ab": only its encoding tells what is wrong.
+        problem = if string.encoding.ascii_compatible?
+                    "only letters, digits and underscores are allowed"
+                  else
+                    "encoded in #{string.encoding}, not ASCII"
+                  end
+        raise ArgumentError, "invalid #{kind} name #{string.inspect} (#{problem}): #{kind} names #{Native::NAME_RULE}"
       end
       problem = Native.name_problem(kind.to_s, string)
       raise ArgumentError, problem if problem

@@ -28,6 +28,7 @@ module BadInput
     ["non-ASCII", "café", /name "café" \(only letters, digits and underscores/],
     ["a non-ASCII Symbol", :café, /name "café" \(only letters, digits and underscores/],
     ["invalid UTF-8", "a\xFF", /name "a\\xFF" \(only letters, digits and underscores/],
+    ["a UTF-16 String", "ab".encode("UTF-16LE"), /name "ab" \(encoded in UTF-16LE, not ASCII\)/],
     ["nil", nil, /name must be a Symbol or String, got nil/],
     ["an Integer", 42, /name must be a Symbol or String, got 42/],
     ["a Float", 1.5, /name must be a Symbol or String, got 1\.5/],
