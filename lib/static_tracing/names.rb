@@ -4,12 +4,14 @@ module StaticTracing
   # Provider and probe names arrive as Symbols or Strings; the native side
   # checks them against the naming rule (Native::NAME_RULE).
   module Names
+    SHOWN_BYTES = 256
+
     module_function
 
     # The name as a String, or an ArgumentError that states the rule.
     def string(kind, name)
       unless name.is_a?(Symbol) || name.is_a?(String)
-        raise ArgumentError, "#{kind} name must be a Symbol or String, got #{name.inspect}: " \
+        raise ArgumentError, "#{kind} name must be a Symbol or String, got #{shown(name)}: " \
                              "#{kind} names #{Native::NAME_RULE}"
       end
       string = name.to_s
@@ -20,12 +22,22 @@ module StaticTracing
                   else
                     "encoded in #{string.encoding}, not ASCII"
                   end
-        raise ArgumentError, "invalid #{kind} name #{string.inspect} (#{problem}): #{kind} names #{Native::NAME_RULE}"
+        raise ArgumentError, "invalid #{kind} name #{shown(string)} (#{problem}): #{kind} names #{Native::NAME_RULE}"
       end
       problem = Native.name_problem(kind.to_s, string)
       raise ArgumentError, problem if problem
 
       string
+    end
+
+    # A refused name as a message shows it: cut when long (as the native
+    # side does), so that a megabyte of input does not make a megabyte of message.
+    def shown(name)
+      text = name.inspect
+      return text if text.bytesize <= SHOWN_BYTES
+
+      size = name.is_a?(String) || name.is_a?(Symbol) ? "#{name.to_s.bytesize} bytes" : "a #{name.class}"
+      "#{text.byteslice(0, SHOWN_BYTES / 2).scrub("")}... (#{size})"
     end
 
     # The registry key for a name, or nil when it cannot name anything.

@@ -16,7 +16,7 @@ module StaticTracing
       key = Names.key(name)
       @providers.fetch(key) do
         known = @providers.empty? ? "none is" : "registered: #{names.join(", ")}"
-        raise ProviderMissingError.new("no provider named #{name.inspect} (#{known})", receiver: self, key: name)
+        raise ProviderMissingError.new("no provider named #{Names.shown(name)} (#{known})", receiver: self, key: name)
       end
     end
 

@@ -35,13 +35,23 @@ pub struct InvalidName {
     pub problem: &'static str,
 }
 
+/// Longer names are shown cut in messages: a megabyte of input must not
+/// make a megabyte of message.
+const SHOWN_LEN: usize = 2 * MAX_NAME_LEN;
+
 impl fmt::Display for InvalidName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "invalid {} name {:?} ({}): {} names {}",
-            self.kind, self.name, self.problem, self.kind, NAME_RULE
-        )
+        write!(f, "invalid {} name ", self.kind)?;
+        if self.name.len() <= SHOWN_LEN {
+            write!(f, "{:?}", self.name)?;
+        } else {
+            let mut end = MAX_NAME_LEN;
+            while !self.name.is_char_boundary(end) {
+                end -= 1;
+            }
+            write!(f, "{:?}... ({} bytes)", &self.name[..end], self.name.len())?;
+        }
+        write!(f, " ({}): {} names {}", self.problem, self.kind, NAME_RULE)
     }
 }
 
@@ -123,6 +133,13 @@ mod tests {
         assert_eq!(
             validate(NameKind::Provider, &long).unwrap_err().problem,
             "too long"
+        );
+        let huge = "\u{e9}".repeat(1 << 19);
+        let message = validate(NameKind::Probe, &huge).unwrap_err().to_string();
+        assert!(message.len() < 1024, "{} bytes", message.len());
+        assert!(
+            message.contains("... (1048576 bytes) (too long)"),
+            "{message}"
         );
     }
 }
