@@ -14,7 +14,7 @@ module Bench
     end
 
     def run
-      signatures = { int: [Integer], int_string: [Integer, String] }
+      signatures = Calls::PROBES.transform_values { |_, types, _| types }
       Fixtures.with_loaded_provider(:bench_allocations, signatures) do |tracepoints|
         measure(comparisons(tracepoints)).tap do |section|
           section.note(Fixtures.attachment_note(tracepoints.values))
@@ -24,33 +24,33 @@ module Bench
 
     private
 
-    # [measured call, its floor, target]
+    # [row id, measured call, its floor, target]: a call passing only
+    # Integers must not allocate; a String is copied (NUL-terminated) for
+    # the probe only while a tracer is attached.
     def comparisons(tracepoints)
       native = StaticTracing::Native
-      [
-        [CallLoop.new("fire(Integer)", tracepoints[:int], :fire, 42),
-         CallLoop.new("noop(Integer)", native, :noop, 42), 0],
-        [CallLoop.new("fire(Integer, String)", tracepoints[:int_string], :fire, 42, PATH),
-         CallLoop.new("noop(Integer, String)", native, :noop, 42, PATH), nil],
-        [CallLoop.new("enabled?", tracepoints[:int], :enabled?),
-         CallLoop.new("noop()", native, :noop), nil]
-      ]
+      fires = Calls::PROBES.map do |probe, (label, types, args)|
+        [:"fire_#{probe}", CallLoop.new(label, tracepoints[probe], :fire, *args),
+         CallLoop.new("noop(#{label[/\((.*)\)/, 1]})", native, :noop, *args), types.include?(String) ? nil : 0]
+      end
+      fires << [:enabled_p, CallLoop.new("enabled?", tracepoints[:int], :enabled?),
+                CallLoop.new("noop()", native, :noop), nil]
     end
 
     def measure(comparisons)
-      loops = comparisons.flat_map { |subject, floor, _| [subject, floor] }.uniq(&:label)
+      loops = comparisons.flat_map { |_, subject, floor, _| [subject, floor] }.uniq(&:label)
       cases = loops.to_h { |loop| [loop.label, -> { loop.objects_per_call(ITERATIONS) }] }
       counts = Bench.interleave(cases, rounds: @rounds)
-      rows = comparisons.map { |subject, floor, target| row(subject.label, floor.label, counts, target) }
+      rows = comparisons.map { |id, subject, floor, target| row(id, subject.label, floor.label, counts, target) }
       section.tap do |section|
         rows.each { |row| section.row(row) }
         verdicts(rows).each { |verdict| section.note(verdict) }
       end
     end
 
-    def row(subject, floor, counts, target)
+    def row(id, subject, floor, counts, target)
       {
-        measurement: subject, objects_per_call: Bench.median(counts[subject]),
+        id: id.to_s, measurement: subject, objects_per_call: Bench.median(counts[subject]),
         floor:, floor_objects_per_call: Bench.median(counts[floor]),
         target:, samples: counts[subject]
       }

@@ -22,6 +22,31 @@ module Bench
     now_ns - start
   end
 
+  # Per-call loops are timed in the CPU time of the thread running them:
+  # on a shared host the time it spends preempted would otherwise land in
+  # whichever sample it hit. Time the kernel spends on its behalf (a
+  # uprobe's trap and BPF program) is counted. BENCH_CLOCK=wall times them
+  # by the monotonic clock instead.
+  CALL_CLOCKS = { "cpu" => Process::CLOCK_THREAD_CPUTIME_ID, "wall" => Process::CLOCK_MONOTONIC }.freeze
+
+  def call_clock_name
+    @call_clock_name ||= ENV.fetch("BENCH_CLOCK", "cpu").tap do |name|
+      CALL_CLOCKS.key?(name) or abort "bench: BENCH_CLOCK=#{name}: use one of #{CALL_CLOCKS.keys.join(", ")}"
+    end
+  end
+
+  def call_clock_words
+    call_clock_name == "cpu" ? "thread CPU time" : "monotonic (wall) time"
+  end
+
+  # Nanoseconds the block took, by the clock of per-call loops.
+  def call_time_ns
+    clock = CALL_CLOCKS.fetch(call_clock_name)
+    start = Process.clock_gettime(clock, :nanosecond)
+    yield
+    Process.clock_gettime(clock, :nanosecond) - start
+  end
+
   def median(values)
     sorted = values.sort
     middle = sorted.size / 2
@@ -119,31 +144,35 @@ module Bench
     end
   end
 
-  # A call of receiver.method(*args) run +iterations+ times in a `while`
-  # loop whose call site is compiled for that method: `public_send` would
-  # add a dispatch of its own to what is measured. Without a method it is
-  # the same loop with nothing in it, whose cost the others subtract.
-  class CallLoop
-    PLAIN_METHOD = /\A[a-z_][a-zA-Z0-9_]*[?!]?\z/
+  # A loop running +code+ +iterations+ times, compiled once with +locals+
+  # as the parameters of its lambda: the loop holds the code as a caller
+  # would write it, with no dispatch of the harness's own (a `public_send`
+  # would add one) in what is measured. Without code it is the empty loop
+  # whose cost the others subtract.
+  class CodeLoop
+    LOCAL = /\A[a-z][a-zA-Z0-9_]*\z/
 
-    attr_reader :label
+    # Calls made through this loop so far, calibration included: what an
+    # attached tracer must have counted.
+    attr_reader :label, :calls
 
-    def initialize(label, receiver = nil, method = nil, *args)
-      raise ArgumentError, "not a plain method name: #{method.inspect}" if method && !PLAIN_METHOD.match?(method)
+    def initialize(label, code = nil, **locals)
+      bad = locals.keys.reject { |name| LOCAL.match?(name) && !name.start_with?("bench_") }
+      raise ArgumentError, "not usable as locals: #{bad.inspect}" if bad.any?
 
       @label = label
-      @receiver = receiver
-      @args = args
-      @body = compile(method, args.size)
+      @values = locals.values
+      @calls = 0
+      @body = compile(code.to_s, locals.keys)
     end
 
     def time_ns(iterations)
-      Bench.time_ns { @body.call(@receiver, iterations, *@args) }
+      @calls += iterations
+      Bench.call_time_ns { @body.call(iterations, *@values) }
     end
 
     # Objects allocated by one call: the loop is run at two lengths so that
-    # whatever a run allocates once (the splat of the arguments, caches
-    # filled on first use) cancels out.
+    # whatever a run allocates once (caches filled on first use) cancels out.
     def objects_per_call(iterations)
       allocated(iterations)
       (allocated(2 * iterations) - allocated(iterations)).fdiv(iterations)
@@ -152,30 +181,43 @@ module Bench
     private
 
     def allocated(iterations)
+      @calls += iterations
       before = GC.stat(:total_allocated_objects)
-      @body.call(@receiver, iterations, *@args)
+      @body.call(iterations, *@values)
       GC.stat(:total_allocated_objects) - before
     end
 
-    def compile(method, arity)
-      params = Array.new(arity) { |index| "a#{index}" }
-      call = method ? "receiver.#{method}(#{params.join(", ")})" : ""
+    def compile(code, names)
       instance_eval(<<~RUBY, __FILE__, __LINE__ + 1)
-        # ->(receiver, n, a0, a1) do
-        #   i = 0
-        #   while i < n
-        #     receiver.fire(a0, a1)
-        #     i += 1
+        # ->(bench_n, receiver, a0) do
+        #   bench_i = 0
+        #   while bench_i < bench_n
+        #     receiver.fire(a0)
+        #     bench_i += 1
         #   end
         # end
-        ->(receiver, n#{params.map { |param| ", #{param}" }.join}) do
-          i = 0
-          while i < n
-            #{call}
-            i += 1
+        ->(bench_n#{names.map { |name| ", #{name}" }.join}) do
+          bench_i = 0
+          while bench_i < bench_n
+            #{code}
+            bench_i += 1
           end
         end
       RUBY
+    end
+  end
+
+  # receiver.method(*args) in a CodeLoop: the call site is compiled for
+  # that method, with the arguments as locals.
+  class CallLoop < CodeLoop
+    PLAIN_METHOD = /\A[a-z_][a-zA-Z0-9_]*[?!]?\z/
+
+    def initialize(label, receiver = nil, method = nil, *args)
+      raise ArgumentError, "not a plain method name: #{method.inspect}" if method && !PLAIN_METHOD.match?(method)
+
+      locals = args.each_index.to_h { |index| [:"a#{index}", args[index]] }
+      code = method && "receiver.#{method}(#{locals.keys.join(", ")})"
+      super(label, code, receiver:, **locals)
     end
   end
 
@@ -209,6 +251,11 @@ module Bench
     def note(text)
       @notes << text
       self
+    end
+
+    # The row with this id, or nil.
+    def find(id)
+      @rows.find { |row| row[:id] == id }
     end
 
     def lines
@@ -257,6 +304,11 @@ module Bench
     def add(*sections)
       @sections.concat(sections.flatten)
       self
+    end
+
+    # The section with this key, or nil when its group did not run.
+    def section(key)
+      @sections.find { |section| section.key == key }
     end
 
     def machine_line(key, value)

@@ -23,7 +23,7 @@ module Bench
       names = SIZES.to_h { |size| [size, Array.new(size + 1) { |index| "probe_#{index}" }] }
       cases = SIZES.to_h { |size| [size, -> { measure(names[size]) }] }
       results = Bench.interleave(cases, rounds: @rounds)
-      [sizes_section(results), growth_section(results)]
+      [sizes_section(results), growth_section(results), LoadMemory.new.run]
     end
 
     private
@@ -34,8 +34,8 @@ module Bench
       *initial, extra = names
       provider = StaticTracing::Provider.register(:"bench_load_#{@providers += 1}")
       *bulk, last = initial
-      declare_ns = Bench.time_ns { bulk.each_with_index { |name, index| declare(provider, name, index) } }
-      declare_last_ns = Bench.time_ns { declare(provider, last, bulk.size) }
+      declare_ns = Bench.call_time_ns { bulk.each_with_index { |name, index| declare(provider, name, index) } }
+      declare_last_ns = Bench.call_time_ns { declare(provider, last, bulk.size) }
       load_ns = quiet_time_ns { provider.load }
       bytes = File.size(provider.path)
       reload_ns = quiet_time_ns { declare(provider, extra, initial.size) }
@@ -53,11 +53,14 @@ module Bench
     # its garbage is collected first, and then one large malloc takes the
     # hit of glibc consolidating the thousands of small blocks that freed
     # (measured at +150..500 us on the first load after a 10,000-probe
-    # provider went away).
+    # provider went away). Timed by the clock of the call loops: a load
+    # does no more than write a file and map it (no fsync), all of it
+    # counted in the thread's CPU time, while a neighbour's burst of work
+    # would not be.
     def quiet_time_ns(&)
       GC.start
       String.new(capacity: 64 * 1024)
-      Bench.time_ns(&)
+      Bench.call_time_ns(&)
     end
 
     def series(results, size, key)
@@ -67,12 +70,12 @@ module Bench
     def sizes_section(results)
       section = Section.new(KEY, "Provider load, fresh provider each time (median of #{@rounds} interleaved rounds)",
                             params: { rounds: @rounds, sizes: SIZES, signatures: SIGNATURES.map(&:inspect),
-                                      probe_names: "probe_0, probe_1, ..." })
+                                      probe_names: "probe_0, probe_1, ...", clock: Bench.call_clock_name })
       load_columns(section)
       SIZES.each { |size| section.row(size_row(results, size)) }
       section.note("load = Provider#load only (generate, write and dlopen the stub); add +1 = add_tracepoint " \
                    "on the loaded provider (regenerate + reload); declare = the N add_tracepoint calls before load")
-      section.note("stubs written to #{results[SIZES.first].first[:stub_dir]}")
+      section.note("stubs written to #{results[SIZES.first].first[:stub_dir]}; timed in #{Bench.call_clock_words}")
     end
 
     def load_columns(section)
@@ -92,7 +95,7 @@ module Bench
       declare_ms = series(results, size, :declare_ns).map { |ns| ns / 1e6 }
       bytes = Bench.median(series(results, size, :bytes))
       {
-        probes: size, load_ms: Bench.median(load_ms), load_ms_spread: load_ms.minmax,
+        id: "load.#{size}", probes: size, load_ms: Bench.median(load_ms), load_ms_spread: load_ms.minmax,
         load_us_per_probe: Bench.median(load_ms) * 1000 / size,
         stub_bytes: bytes, stub_bytes_per_probe: bytes.fdiv(size),
         reload_ms: Bench.median(series(results, size, :reload_ns)) / 1e6,
@@ -117,7 +120,7 @@ module Bench
     def growth_rows(results)
       small, large = LINEAR
       full_load = ["load #{count(GROWN)}", series(results, GROWN, :load_ns)]
-      [
+      rows = [
         per_probe_row(results, :load_ns, "load per probe"),
         per_probe_row(results, :declare_ns, "declare per probe"),
         comparison(["add 1 probe to loaded #{count(GROWN)} (reload)", series(results, GROWN, :reload_ns)],
@@ -127,6 +130,8 @@ module Bench
         comparison(["stub bytes per probe at #{count(large)}", per_probe(results, large, :bytes)],
                    ["at #{count(small)}", per_probe(results, small, :bytes)], "bytes", scale: 1)
       ]
+      ids = %w[load_per_probe declare_per_probe reload_one declare_one stub_bytes_per_probe]
+      rows.zip(ids).map { |row, id| { id: "growth.#{id}", **row } }
     end
 
     # Per-probe cost at the large size against the small one: 1.0 is linear.

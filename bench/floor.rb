@@ -1,0 +1,176 @@
+# frozen_string_literal: true
+
+module Bench
+  # The host's physical floor for an attached probe: a C program calling a
+  # `nop; ret` stub (what a static_tracing probe is) in a tight loop, timed
+  # without a uprobe, then with bpftrace counting on it. Whatever an
+  # attached tracepoint costs above the difference is this library's own.
+  # With it, the two clock reads a latency probe adds to a call.
+  class Floor
+    KEY = :floor
+    ROUNDS = 11
+    SAMPLE_MS = 25
+    # Calls a sample: about 25 ms each on this kind of host, unprobed at
+    # about 1 ns a call, probed at about 1 µs.
+    PLAIN_CALLS = 20_000_000
+    PROBED_CALLS = 30_000
+    PROBED = "bench_probed_stub"
+
+    # Two stubs, so that every round times the probed one and an unprobed
+    # one moments apart in the same process; calls go through volatile
+    # pointers so the compiler keeps every one of them.
+    SOURCE = <<~C.freeze
+      #include <stdio.h>
+      #include <stdlib.h>
+      #include <time.h>
+
+      __asm__(".text\\n"
+              ".globl bench_plain_stub\\n.type bench_plain_stub, @function\\n"
+              "bench_plain_stub:\\n nop\\n ret\\n.size bench_plain_stub, .-bench_plain_stub\\n"
+              ".globl #{PROBED}\\n.type #{PROBED}, @function\\n"
+              "#{PROBED}:\\n nop\\n ret\\n.size #{PROBED}, .-#{PROBED}\\n");
+      void bench_plain_stub(void);
+      void #{PROBED}(void);
+
+      static clockid_t clock_id;
+
+      static long long now_ns(void) {
+        struct timespec t;
+        clock_gettime(clock_id, &t);
+        return t.tv_sec * 1000000000LL + t.tv_nsec;
+      }
+
+      static double per_call_ns(void (*volatile stub)(void), long calls) {
+        long long start = now_ns();
+        for (long i = 0; i < calls; i++) stub();
+        return (double)(now_ns() - start) / calls;
+      }
+
+      /* rounds plain_calls probed_calls cpu|wall: one line a round, ns/call of each stub */
+      int main(int argc, char **argv) {
+        if (argc != 5) return 2;
+        clock_id = argv[4][0] == 'c' ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC;
+        int rounds = atoi(argv[1]);
+        long plain_calls = atol(argv[2]), probed_calls = atol(argv[3]);
+        for (int round = 0; round < rounds; round++) {
+          double plain = per_call_ns(bench_plain_stub, plain_calls);
+          double probed = per_call_ns(#{PROBED}, probed_calls);
+          printf("round %d %.4f %.4f\\n", round, plain, probed);
+        }
+        return 0;
+      }
+    C
+
+    def initialize(rounds: ROUNDS)
+      @rounds = rounds
+    end
+
+    def run
+      binary = compile
+      unprobed = run_binary(binary, "floor-unprobed.log")
+      probed, hits = probed_run(binary)
+      [stub_section(unprobed, probed, hits, binary), clock_section]
+    end
+
+    private
+
+    def compile
+      FileUtils.mkdir_p(WORK_DIR)
+      source = File.join(WORK_DIR, "uprobe_floor.c")
+      binary = File.join(WORK_DIR, "uprobe_floor")
+      File.write(source, SOURCE)
+      Bench.run_command("gcc", "-O2", "-o", binary, source, log: File.join(WORK_DIR, "floor-gcc.log"), timeout: 60)
+      binary
+    end
+
+    # Per round: [plain ns/call, probed ns/call], the warm-up round dropped.
+    def run_binary(binary, log)
+      output = Bench.run_command(binary, (@rounds + 1).to_s, PLAIN_CALLS.to_s, PROBED_CALLS.to_s, Bench.call_clock_name,
+                                 log: File.join(WORK_DIR, log), timeout: 120)
+      output.scan(/^round (\d+) (\S+) (\S+)$/).drop(1).map { |_, plain, probed| [Float(plain), Float(probed)] }
+    end
+
+    # The same program with bpftrace counting on the probed stub: started
+    # once bpftrace is attached (the uprobe is on the binary, so it holds
+    # for the process to come), stopped once the program is done.
+    def probed_run(binary)
+      program = "uprobe:#{binary}:#{PROBED} { @ = count(); }"
+      Bpftrace.attached(program, log: File.join(WORK_DIR, "floor-bpftrace.log")) do |tracer|
+        next [nil, nil] unless tracer
+
+        rounds = run_binary(binary, "floor-probed.log")
+        [rounds, tracer.finish&.values&.first]
+      end
+    end
+
+    def stub_section(unprobed, probed, hits, binary)
+      section = Section.new(:floor, "Physical floor: a C `nop; ret` stub called in a loop, uprobe " \
+                                    "(median of #{@rounds} rounds)",
+                            params: { rounds: @rounds, plain_calls: PLAIN_CALLS, probed_calls: PROBED_CALLS, binary:,
+                                      clock: Bench.call_clock_name })
+                       .column(:measurement, "measurement")
+                       .column(:ns_per_call, "ns/call", Format.auto)
+                       .column(:spread_ns, "min..max", Format.range(2))
+      stub_rows(unprobed, probed).each { |row| section.row(row) }
+      section.note("the probed run has bpftrace `uprobe:BINARY:#{PROBED} { @ = count(); }` attached; " \
+                   "the same stub and loop are run once without bpftrace, then once with it")
+      section.note(hits_note(hits)) if probed
+      section
+    end
+
+    # The probed stub without and with the uprobe, same calls, same loop;
+    # the other stub of the probed run shows the uprobe costs nothing to
+    # code beside it.
+    def stub_rows(unprobed, probed)
+      without = series_row("stub.unprobed", "C stub call, no bpftrace", unprobed.map(&:last))
+      unless probed
+        reason = Bpftrace.unavailable_reason
+        return [without, { id: "stub.uprobe", measurement: "uprobe hit: skipped: #{reason}", skipped: reason }]
+      end
+
+      with = series_row("stub.probed", "C stub call, bpftrace count() attached", probed.map(&:last))
+      [without, with,
+       series_row("stub.other_in_probed_run", "C stub call, the other stub of the probed run", probed.map(&:first)),
+       { id: "stub.uprobe", measurement: "uprobe hit: attached - no bpftrace (medians), the kernel's floor",
+         ns_per_call: with[:ns_per_call] - without[:ns_per_call] }]
+    end
+
+    def series_row(id, measurement, values)
+      { id:, measurement:, ns_per_call: Bench.median(values), spread_ns: values.minmax,
+        samples_ns: values.map { |value| value.round(3) } }
+    end
+
+    def hits_note(hits)
+      expected = (@rounds + 1) * PROBED_CALLS
+      return "bpftrace counted every probed call exactly (#{expected})" if hits == expected
+
+      return "WARNING: bpftrace did not exit on SIGINT: its count is lost" unless hits
+
+      "WARNING: bpftrace counted #{hits} hits for #{expected} probed calls"
+    end
+
+    # Two clock reads: what a latency probe adds to a call around it.
+    def clock_section
+      loops = [CodeLoop.new("2 x Process.clock_gettime(CLOCK_MONOTONIC, :nanosecond)",
+                            "Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)\n" \
+                            "Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)"),
+               CodeLoop.new("2 x StaticTracing.nsec", "StaticTracing.nsec\nStaticTracing.nsec")]
+      samples = Samples.new(loops, rounds: @rounds, target_ms: SAMPLE_MS).run
+      section = Section.new(:clock, "Two clock reads in Ruby (median of #{@rounds} interleaved rounds)",
+                            params: { rounds: @rounds, clocksource: })
+                       .column(:measurement, "measurement")
+                       .column(:ns_per_call, "ns/pair", Format.decimal(1))
+                       .column(:spread_ns, "min..max", Format.range(1))
+      %w[clock.process_clock_gettime clock.static_tracing_nsec].zip(loops).each do |id, loop|
+        section.row({ id:, measurement: loop.label, **samples.timing(loop.label) })
+      end
+      section.note("net of an empty loop; clocksource #{clocksource}")
+    end
+
+    def clocksource
+      File.read("/sys/devices/system/clocksource/clocksource0/current_clocksource").strip
+    rescue SystemCallError
+      "unknown"
+    end
+  end
+end

@@ -1,0 +1,133 @@
+# frozen_string_literal: true
+
+module Bench
+  # The performance bar, next to what this run measured: information for
+  # the reader, not a pass/fail gate. Every value comes from a row of
+  # another table of the same run; a target whose rows are missing (group
+  # not selected, bpftrace unavailable) says so.
+  class Targets
+    KEY = :targets
+    SHAPES = %w[m0 m2 mk].freeze
+    # Plain method and disarmed wrapper: equal within this.
+    DISARMED = 1.02
+    # Armed and unattached: at most this many times the floor's overhead.
+    ARMED = 2.0
+    # Attached: at most the kernel's uprobe, two clock reads and the armed
+    # cost, plus this margin.
+    ATTACHED_MARGIN = 1.2
+    LOAD_1000_MS = 2.0
+    # Per-probe load cost at 10,000 over that at 1,000: linear within this.
+    LINEAR = 1.25
+
+    # Check => what it says; one row a shape, id "check.shape".
+    METHOD_TARGETS = {
+      disarmed: "disarmed within 2% of plain",
+      armed: "armed-unattached overhead <= 2x floor's",
+      attached: "attached overhead <= 1.2 x (uprobe + 2 clock reads + armed)",
+      allocations: "armed-unattached allocations <= floor's"
+    }.freeze
+
+    Missing = Class.new(StandardError)
+
+    def initialize(report)
+      @report = report
+    end
+
+    def section
+      section = Section.new(KEY, "Targets (information, not pass/fail; from the tables above, same run)")
+                       .column(:target, "target")
+                       .column(:measured, "measured", Format.auto)
+                       .column(:limit, "limit", Format.auto)
+                       .column(:unit, "unit")
+                       .column(:verdict, "verdict")
+      rows.each { |row| section.row(row) }
+      section.note("within one group ratios are medians of per-round ratios; targets combining groups " \
+                   "(attached budget) use each group's medians")
+      section.note("attached budget: the C stub's uprobe hit (floor table) + 2 x Process.clock_gettime (clock " \
+                   "table) + the armed overhead of the same shape, times #{ATTACHED_MARGIN}")
+      section.note("allocations: on Ruby 3.1 a super that passes keywords allocates one object a call, a " \
+                   "hand-written one too, so each shape is held to its prepend+super floor's count")
+    end
+
+    private
+
+    def rows
+      method_rows + fire_rows +
+        [target("load.thousand_ms", "load of 1,000 probes <= 2 ms") { load_thousand },
+         target("load.linear", "load linear to 10,000 (per-probe cost ratio <= #{LINEAR})") { linear },
+         target("load.add_one", "add 1 probe to a loaded 1,000 <= full load") { reload_one }]
+    end
+
+    def method_rows
+      METHOD_TARGETS.flat_map do |check, name|
+        SHAPES.map { |shape| target("#{check}.#{shape}", "#{name}, #{shape}") { send(check, shape) } }
+      end
+    end
+
+    def fire_rows
+      %w[none int int6].map do |probe|
+        target("fire_allocations.#{probe}", "integer-only fire allocates nothing, fire_#{probe}") do
+          fire_allocations(probe)
+        end
+      end
+    end
+
+    # A row for +name+ from the block's [measured, limit, unit, inputs], or
+    # one saying why it could not be computed.
+    def target(id, name)
+      measured, limit, unit, inputs = yield
+      { id:, target: name, measured:, limit:, unit:, verdict: measured <= limit ? "met" : "MISSED", inputs: }
+    rescue Missing => e
+      { id:, target: name, verdict: "not measured: #{e.message}" }
+    end
+
+    def value(section_key, id, field)
+      section = @report.section(section_key) or raise Missing, "no #{section_key} table in this run"
+      row = section.find(id) or raise Missing, "no row #{id} in #{section_key}"
+      raise Missing, "#{id} skipped: #{row[:skipped]}" if row[:skipped]
+
+      row.fetch(field) { raise Missing, "no #{field} in #{section_key} #{id}" }
+    end
+
+    def disarmed(shape)
+      [value(:methods, "#{shape}.disarmed", :ratio_to_plain), DISARMED, "x plain", nil]
+    end
+
+    def armed(shape)
+      [value(:methods, "#{shape}.armed", :overhead_vs_floor), ARMED, "x floor's overhead",
+       { armed_over_plain_ns: value(:methods, "#{shape}.armed", :over_plain_ns),
+         floor_over_plain_ns: value(:methods, "#{shape}.floor", :over_plain_ns) }]
+    end
+
+    def attached(shape)
+      inputs = { uprobe_ns: value(:floor, "stub.uprobe", :ns_per_call),
+                 two_clock_reads_ns: value(:clock, "clock.process_clock_gettime", :ns_per_call),
+                 armed_over_plain_ns: value(:methods, "#{shape}.armed", :over_plain_ns) }
+      [value(:methods, "#{shape}.attached", :over_plain_ns), ATTACHED_MARGIN * inputs.values.sum, "ns over plain",
+       inputs]
+    end
+
+    def allocations(shape)
+      [value(:method_allocations, "#{shape}.armed", :objects_per_call),
+       value(:method_allocations, "#{shape}.armed", :target_objects), "objects/call", nil]
+    end
+
+    def fire_allocations(probe)
+      [value(:allocations, "fire_#{probe}", :objects_per_call), 0, "objects/call", nil]
+    end
+
+    def load_thousand
+      [value(:load, "load.1000", :load_ms), LOAD_1000_MS, "ms", nil]
+    end
+
+    def linear
+      [value(:load_growth, "growth.load_per_probe", :ratio), LINEAR, "x per-probe cost at 1,000", nil]
+    end
+
+    def reload_one
+      [value(:load_growth, "growth.reload_one", :ratio), 1.0, "x full load of 1,000",
+       { reload_ms: value(:load_growth, "growth.reload_one", :value),
+         load_ms: value(:load_growth, "growth.reload_one", :reference_value) }]
+    end
+  end
+end
