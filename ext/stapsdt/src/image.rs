@@ -109,14 +109,22 @@ fn owned_files() -> std::sync::MutexGuard<'static, Vec<OwnedFile>> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Removes every stub file this process created and still has. Meant for
-/// process exit: mappings stay valid, only the names go.
+/// Removes every stub file this process created and still has, except the
+/// ones a forked child still maps: tracers find a child's probes by the
+/// file's name, so it stays until the child is gone too, and the sweep of a
+/// later process removes it. Meant for process exit: mappings stay valid,
+/// only the names go.
 pub fn remove_files_at_exit() -> usize {
     let pid = sys::current_pid();
     let mut files = owned_files();
     let mut removed = 0;
     files.retain(|file| {
         if file.creator != pid {
+            return true;
+        }
+        let in_use =
+            File::open(&file.path).is_ok_and(|opened| sys::claimed_by_another_process(&opened));
+        if in_use {
             return true;
         }
         removed += usize::from(std::fs::remove_file(&file.path).is_ok());

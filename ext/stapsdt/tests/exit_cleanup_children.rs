@@ -1,0 +1,68 @@
+//! At exit, a file a forked child still maps is left for the child. Kept in
+//! its own test binary: the cleanup is process-wide.
+// Not under Miri: it cannot dlopen, fork, or make the libc calls loading needs.
+#![cfg(all(target_os = "linux", not(miri)))]
+
+use stapsdt::elf::ImageSpec;
+use stapsdt::image::{host_page_size, remove_files_at_exit, LoadedImage};
+use stapsdt::stub_dir::Candidate;
+use stapsdt::{Arch, ProbeSpec};
+
+/// A forked child that keeps its inherited mappings until dropped.
+struct Child(libc::pid_t);
+
+impl Child {
+    fn fork_and_wait() -> Child {
+        // SAFETY: the child only calls pause and _exit, which are
+        // async-signal-safe, as a child of a multi-threaded process must.
+        match unsafe { libc::fork() } {
+            0 => unsafe {
+                libc::pause();
+                libc::_exit(0)
+            },
+            pid => {
+                assert!(pid > 0, "fork failed");
+                Child(pid)
+            }
+        }
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        // SAFETY: plain syscalls on our own child.
+        unsafe {
+            libc::kill(self.0, libc::SIGKILL);
+            libc::waitpid(self.0, std::ptr::null_mut(), 0);
+        }
+    }
+}
+
+#[test]
+fn remove_files_at_exit_leaves_the_files_a_child_maps() {
+    let dir = std::env::temp_dir().join(format!("stapsdt-exit-children-{}", std::process::id()));
+    let candidate = Candidate {
+        path: dir.clone(),
+        origin: "test",
+    };
+    let probes = [ProbeSpec::new("p", &[]).unwrap()];
+    let spec = ImageSpec {
+        provider: "shared",
+        probes: &probes,
+        arch: Arch::host().unwrap(),
+        page_size: host_page_size(),
+    };
+    let (image, _) = LoadedImage::load(&spec, std::slice::from_ref(&candidate)).unwrap();
+    let path = image.path();
+
+    let child = Child::fork_and_wait();
+    assert_eq!(remove_files_at_exit(), 0);
+    assert!(path.exists(), "removed from under the child");
+
+    drop(child);
+    assert_eq!(remove_files_at_exit(), 1);
+    assert!(!path.exists());
+    std::fs::remove_dir(&dir).unwrap();
+    // SAFETY: no thread is inside the stubs.
+    unsafe { image.unload() };
+}
