@@ -297,7 +297,7 @@ impl LoadedImage {
         // SAFETY: the caller's guarantee. The object must be unmapped before
         // it is opened again, or the loader would hand back the old mapping.
         unsafe { library.close() };
-        let path = backing_path(&backing, &file);
+        let path = load_path(&backing, &file);
         let reopened = file
             .write_all_at(&image.bytes, 0)
             .map_err(|err| format!("cannot rewrite it ({err})"))
@@ -374,10 +374,16 @@ fn build_for_host(spec: &ImageSpec<'_>) -> Result<elf::Image, LoadError> {
     Ok(elf::build(spec)?)
 }
 
-fn backing_path(backing: &Backing, file: &File) -> PathBuf {
+/// The name to `dlopen` an image file by: its descriptor, so that what gets
+/// loaded is exactly the file written and checked, whatever happens to the
+/// path in between (a directory on it swapped for a link, by a user who can
+/// write to a parent). Mappings still show the file's real path. The path
+/// itself only where /proc is not mounted.
+fn load_path(backing: &Backing, file: &File) -> PathBuf {
+    let by_descriptor = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
     match backing {
-        Backing::Stub { dir, name } => dir.join(name),
-        Backing::Memfd => PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd())),
+        Backing::Stub { dir, name } if !by_descriptor.exists() => dir.join(name),
+        _ => by_descriptor,
     }
 }
 
@@ -534,7 +540,8 @@ fn place_in_dir(dir: &StubDir, provider: &str, image: &elf::Image) -> Result<Loa
         .write_all_at(&image.bytes, 0)
         .map_err(cannot_write)
         .and_then(|()| {
-            Library::open(&path).map_err(|err| format!("cannot load a file from it ({err})"))
+            Library::open(&load_path(&backing, &file))
+                .map_err(|err| format!("cannot load a file from it ({err})"))
         });
     match loaded {
         Ok(library) => Ok(loaded_image(library, file, backing, image)),
@@ -556,7 +563,7 @@ fn place_in_memfd(provider: &str, image: &elf::Image) -> Result<LoadedImage, Str
         .map_err(|err| format!("cannot create one ({err})"))?;
     file.write_all_at(&image.bytes, 0)
         .map_err(|err| format!("cannot write to it ({err})"))?;
-    let library = Library::open(&backing_path(&Backing::Memfd, &file))
+    let library = Library::open(&load_path(&Backing::Memfd, &file))
         .map_err(|err| format!("cannot load it ({err})"))?;
     Ok(loaded_image(library, file, Backing::Memfd, image))
 }

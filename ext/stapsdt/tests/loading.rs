@@ -404,3 +404,37 @@ fn the_state_file_is_replaced_whole_moved_when_its_directory_goes_and_swept_when
     let err = publish_state(b"x", &[first.candidate()]).unwrap_err();
     assert!(err[0].reason.contains("mode is 0755"), "{err:?}");
 }
+
+/// The stub is loaded through its descriptor, not its path: what the
+/// loader maps is the file that was written and checked, even if a
+/// directory on the path were swapped for a link in between.
+#[test]
+fn images_are_loaded_by_descriptor_and_mapped_under_their_real_path() {
+    let dir = TempDir::new(0o700, true);
+    let probes = probes(&["p"]);
+    let (image, _) = LoadedImage::load(&spec("by_fd", &probes), &[dir.candidate()]).unwrap();
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the loader's tables for a mapped address.
+    assert_ne!(
+        unsafe { libc::dladdr(image.site(0).stub as *const libc::c_void, &mut info) },
+        0
+    );
+    // SAFETY: dli_fname is the loader's NUL-terminated copy of the name it was given.
+    let loaded_as = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(loaded_as.starts_with("/proc/self/fd/"), "{loaded_as}");
+    let target = fs::read_link(&loaded_as).unwrap();
+    assert_eq!(
+        target,
+        image.path(),
+        "the descriptor is the stub file itself"
+    );
+    assert!(
+        !mapping_lines(&image.path()).is_empty(),
+        "maps show the real path for tracers"
+    );
+    // SAFETY: no site is used afterwards.
+    unsafe { image.unload() };
+}
