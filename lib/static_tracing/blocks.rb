@@ -8,16 +8,14 @@ module StaticTracing
     # Stands for "no type given" in StaticTracing.tracepoint's optional arguments.
     NONE = Object.new.freeze
 
-    # A declared block probe and the types it was declared with.
-    Entry = Struct.new(:tracepoint, :type1, :type2, :type3, :type4, :type5, :type6) do
-      def declared_with?(type1, type2, type3, type4, type5, type6) # rubocop:disable Metrics/ParameterLists
-        type1.equal?(self.type1) && type2.equal?(self.type2) && type3.equal?(self.type3) &&
-          type4.equal?(self.type4) && type5.equal?(self.type5) && type6.equal?(self.type6)
-      end
-    end
+    # The tracepoints of StaticTracing.tracepoint call sites, found by
+    # provider, name, then each of the six types given (NONE for none), in
+    # nested identity hashes: a lookup is eight Hash#[] and no method call,
+    # and a call with other types than the declaration's misses and gets
+    # the redeclaration error.
+    CUSTOM = {} # rubocop:disable Style/MutableConstant -- a registry, filled under STATE_LOCK
 
     @latency = Hash.new { |hash, provider| hash[provider] = {} }
-    @custom = Hash.new { |hash, provider| hash[provider] = {} }
     @checked = {}
 
     class << self
@@ -37,15 +35,15 @@ module StaticTracing
           STATE_LOCK.synchronize { @latency[provider][name] ||= Tracepoint.new(provider, name, Integer) }
       end
 
-      def custom_tracepoint(provider, name, type1, type2, type3, type4, type5, type6) # rubocop:disable Metrics/ParameterLists
-        entry = @custom[provider][name]
-        return entry.tracepoint if entry&.declared_with?(type1, type2, type3, type4, type5, type6)
-
-        types = [type1, type2, type3, type4, type5, type6].take_while { |type| !NONE.equal?(type) }
+      # Declares a StaticTracing.tracepoint call site's tracepoint and
+      # files it in CUSTOM.
+      def declare_custom(provider, name, *given)
+        types = given.take_while { |type| !NONE.equal?(type) }
         STATE_LOCK.synchronize do
           tracepoint = Tracepoint.new(provider, name, *types)
-          @custom[provider][name] = Entry.new(tracepoint, type1, type2, type3, type4, type5, type6)
-          tracepoint
+          root = (CUSTOM[provider] ||= {})[name] ||= {}.compare_by_identity
+          leaf = given.first(5).reduce(root) { |node, type| node[type] ||= {}.compare_by_identity }
+          leaf[given.last] = tracepoint
         end
       end
 
@@ -72,7 +70,11 @@ module StaticTracing
     # per call while tracing is on; with provider: it allocates nothing.
     def latency(target = nil, method_name = nil, name: nil, provider: nil, &block)
       return trace_method_latency(target, method_name, provider) if target
-      raise ArgumentError, "StaticTracing.latency needs name: and a block, or a method to trace" unless block && name
+      # block_given? rather than the block itself: reading the block
+      # parameter would make a Proc of it on every call.
+      unless name && block_given?
+        raise ArgumentError, "StaticTracing.latency needs name: and a block, or a method to trace"
+      end
 
       unless Switch.enabled?
         Blocks.check_latency_names(provider, name)
@@ -101,11 +103,15 @@ module StaticTracing
     # the value itself for a one-argument probe) is checked against the
     # types, fired, and returned. Returns nil, without running the block,
     # when no tracer is attached.
+    # Flat on purpose: this is every block probe's path while unattached.
+    # rubocop:disable Metrics/CyclomaticComplexity, Metrics/PerceivedComplexity
     def tracepoint(provider, name, type1 = Blocks::NONE, type2 = Blocks::NONE, type3 = Blocks::NONE, # rubocop:disable Metrics/ParameterLists
                    type4 = Blocks::NONE, type5 = Blocks::NONE, type6 = Blocks::NONE)
       raise ArgumentError, "StaticTracing.tracepoint needs a block computing the values to fire" unless block_given?
 
-      tracepoint = Blocks.custom_tracepoint(provider, name, type1, type2, type3, type4, type5, type6)
+      tracepoint = Blocks::CUSTOM[provider]&.[](name)&.[](type1)&.[](type2)&.[](type3)&.[](type4)&.[](type5)
+                                               &.[](type6) ||
+                   Blocks.declare_custom(provider, name, type1, type2, type3, type4, type5, type6)
       return nil unless tracepoint.enabled?
 
       result = yield
@@ -118,6 +124,7 @@ module StaticTracing
       end
       result
     end
+    # rubocop:enable Metrics/CyclomaticComplexity, Metrics/PerceivedComplexity
 
     private
 
