@@ -20,6 +20,9 @@ unless system(cargo, "--version", out: File::NULL, err: File::NULL)
   MSG
 end
 
+# A target directory of our own (a gem install) is removed once the
+# extension is installed: it holds hundreds of megabytes of build output.
+own_target = !ENV.key?("CARGO_TARGET_DIR")
 target_dir = ENV.fetch("CARGO_TARGET_DIR") { File.join(Dir.pwd, "target") }
 profile = ENV.fetch("STATIC_TRACING_CARGO_PROFILE", "release")
 profile_dir = profile == "dev" ? "debug" : profile
@@ -45,6 +48,7 @@ File.write("Makefile", <<~MAKE)
   install: static_tracing.so
   \tmkdir -p $(DESTDIR)$(RUBYARCHDIR)
   \tcp static_tracing.so $(DESTDIR)$(RUBYARCHDIR)/static_tracing.so
+  #{"\trm -rf #{sh[target_dir]}" if own_target}
 
   clean:
   \trm -f static_tracing.so
