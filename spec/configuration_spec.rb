@@ -148,14 +148,17 @@ RSpec.describe StaticTracing::Configuration do
   end
 
   describe "StaticTracing.configure" do
-    it "yields the configuration, applies what the block sets, and returns it" do
-      yielded = nil
+    it "applies what the block sets when it ends, and returns the configuration" do
+      config.mode = :off
+      before = effective
+      during = nil
       result = StaticTracing.configure do |c|
-        yielded = c
         c.mode = modes::SIGNAL
         c.signal = modes::SIGNALS::SIGUSR1
+        expect([c.mode, c.signal]).to eq([:signal, "USR1"])
+        during = effective
       end
-      expect(yielded).to be(config)
+      expect(during).to eq(before)
       expect(result).to be(config)
       expect(effective).to eq([:signal, "USR1", "USR1", Signal.list["USR1"]])
     end
@@ -164,15 +167,24 @@ RSpec.describe StaticTracing::Configuration do
       expect(StaticTracing.configure).to be(config)
     end
 
-    it "keeps what the block set before a refused value" do
+    it "applies nothing when the block sets a refused value" do
       config.mode = :off
+      before = effective
       expect do
         StaticTracing.configure do |c|
           c.signal = :USR2
           c.mode = :sometimes
         end
       end.to raise_error(ArgumentError, /invalid mode :sometimes/)
-      expect(effective).to eq([:off, "USR2", nil, 0])
+      expect(effective).to eq(before)
+      expect do
+        StaticTracing.configure do |c|
+          c.mode = :on
+          c.signal = "KILL"
+        end
+      end.to raise_error(ArgumentError, /SIGKILL cannot toggle tracing/)
+      expect(effective).to eq(before)
+      expect(StaticTracing.enabled?).to be(false)
     end
   end
 

@@ -117,8 +117,9 @@ module StaticTracing
         Modes::SIGNALS.names.map { |name| "SIG#{name}" }.join(", ")
       end
 
-      # On failure (the signal cannot be taken) the previous mode and signal
-      # are put back, so that what is configured is what is in effect.
+      # Sets mode and signal together (both already parsed). On failure (the
+      # signal cannot be taken) the previous mode and signal are put back, so
+      # that what is configured is what is in effect.
       def apply(mode, signal)
         previous = [@mode, @signal]
         @mode = mode
@@ -147,9 +148,36 @@ module StaticTracing
     end
   end
 
-  # Sets the configuration in a block: StaticTracing.configure { |c| c.mode = ...; c.signal = ... }
+  module Configuration
+    # What a StaticTracing.configure block sets: each value is checked as it
+    # is set, and all of them take effect together when the block ends, or
+    # none if the block raises.
+    class Settings
+      attr_reader :mode, :signal
+
+      def initialize(mode, signal)
+        @mode = mode
+        @signal = signal
+      end
+
+      def mode=(value)
+        @mode = Configuration.parse_mode(value, "mode")
+      end
+
+      def signal=(value)
+        @signal = Configuration.parse_signal(value, "signal")
+      end
+    end
+  end
+
+  # Sets the configuration in a block, all at once when it ends:
+  # StaticTracing.configure { |c| c.mode = ...; c.signal = ... }
   def self.configure
-    yield Configuration if block_given?
+    if block_given?
+      settings = Configuration::Settings.new(Configuration.mode, Configuration.signal)
+      yield settings
+      Configuration.send(:apply, settings.mode, settings.signal)
+    end
     Configuration
   end
 end
