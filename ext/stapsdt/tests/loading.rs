@@ -1,5 +1,6 @@
 //! Loading generated images into this test process for real.
-#![cfg(target_os = "linux")]
+// Not under Miri: it cannot dlopen, fork, or make the libc calls loading needs.
+#![cfg(all(target_os = "linux", not(miri)))]
 
 use stapsdt::elf::ImageSpec;
 use stapsdt::image::{host_page_size, LoadedImage, Reloaded};

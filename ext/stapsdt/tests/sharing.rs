@@ -1,6 +1,7 @@
 //! An image a forked child still maps is never rewritten or removed under
 //! it; one whose children exec'd or exited is treated as this process's own.
-#![cfg(target_os = "linux")]
+// Not under Miri: it cannot dlopen, fork, or make the libc calls loading needs.
+#![cfg(all(target_os = "linux", not(miri)))]
 
 use stapsdt::elf::ImageSpec;
 use stapsdt::image::{host_page_size, LoadedImage, Reloaded};
