@@ -193,6 +193,16 @@ RSpec.describe StaticTracing::Provider do
     end
   end
 
+  it "refuses to be loaded or grown once unregistered, saying how to get it back" do
+    provider = described_class.register(:gone_for_good)
+    provider.unregister
+    message = /provider gone_for_good was unregistered; register it again with .*register\(:gone_for_good\)/
+    expect { provider.load }.to raise_error(StaticTracing::Error, message)
+    expect { provider.add_tracepoint(:late) }.to raise_error(StaticTracing::Error, message)
+    expect(provider).not_to be_loaded
+    expect(StaticTracing.providers.key?(:gone_for_good)).to be(false)
+  end
+
   it "cannot be instantiated directly" do
     expect { described_class.new }.to raise_error(NoMethodError)
     expect { described_class.allocate }.to raise_error(TypeError)

@@ -43,6 +43,7 @@ module StaticTracing
     # same types again returns the same Tracepoint. On a loaded provider the
     # probe can be attached to as soon as this returns.
     def add_tracepoint(name, *types)
+      ensure_registered
       string = Names.string(:probe, name)
       key = string.to_sym
       tracepoint = @lock.synchronize do
@@ -65,6 +66,7 @@ module StaticTracing
     # Does nothing (once with a warning) where USDT probes are unsupported.
     # A provider loaded this way stays loaded when tracing is switched off.
     def load
+      ensure_registered
       @lock.synchronize do
         @explicitly_loaded = true
         StaticTracing.supported? ? _load : StaticTracing.warn_unsupported
@@ -86,6 +88,7 @@ module StaticTracing
       unload
       Switch.forget(self)
       StaticTracing.providers.delete(self)
+      @unregistered = true
       self
     end
 
@@ -100,6 +103,15 @@ module StaticTracing
     alias to_s inspect
 
     private
+
+    # An unregistered provider could be loaded again by nobody's name: no
+    # tracer would find it by the registry, and nothing would unload it.
+    def ensure_registered
+      return unless @unregistered
+
+      raise StaticTracing::Error, "provider #{name} was unregistered; " \
+                                  "register it again with StaticTracing::Provider.register(:#{name})"
+    end
 
     def setup
       @tracepoints = {}

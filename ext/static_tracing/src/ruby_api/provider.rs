@@ -40,6 +40,19 @@ struct State {
     image: Option<LoadedImage>,
 }
 
+impl Drop for State {
+    /// A provider collected while loaded (the Ruby side never lets that
+    /// happen: unregister unloads) gives its image back.
+    fn drop(&mut self) {
+        if let Some(image) = self.image.take() {
+            // SAFETY: every Tracepoint marks its provider, so when the
+            // provider is collected no Tracepoint is left to fire into this
+            // image, and the GC runs with the GVL held (see `ruby_api`).
+            unsafe { image.unload() };
+        }
+    }
+}
+
 impl State {
     /// Points every tracepoint at its probe in the current image, or at
     /// nothing when unloaded.
