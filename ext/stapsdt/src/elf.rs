@@ -332,7 +332,10 @@ impl<'a> Writer<'a> {
         let chunks = layout.chunk_count();
         let per_chunk = layout.probes_per_chunk();
 
-        // Symbols: a stub function and a semaphore object per probe.
+        // Symbols: a stub function (`provider__probe`) and a semaphore object
+        // (`provider__probe.semaphore`) per probe. Names cannot contain a
+        // dot, so no stub's symbol can be another probe's semaphore's, as
+        // `_x` + `_semaphore` and `x_semaphore` would be with underscores.
         let mut dynstr = StringTable::new();
         let mut symbols = Vec::with_capacity(1 + 2 * spec.probes.len());
         symbols.push(Symbol {
@@ -352,7 +355,7 @@ impl<'a> Writer<'a> {
                 size: arch.stub_stride() as u64,
             });
             symbols.push(Symbol {
-                name: dynstr.add(&[spec.provider, "_", probe.name(), "_semaphore"]),
+                name: dynstr.add(&[spec.provider, "__", probe.name(), ".semaphore"]),
                 info: (STB_GLOBAL << 4) | STT_OBJECT,
                 section: Self::semaphores_section(chunk),
                 value: layout.semaphore_address(index),

@@ -232,7 +232,7 @@ fn agrees_with_input(case: &Case, parsed: &Parsed<'_>) -> Result<(), TestCaseErr
         .flat_map(|probe| {
             [
                 format!("{}__{}", case.provider, probe.name()),
-                format!("{}_{}_semaphore", case.provider, probe.name()),
+                format!("{}__{}.semaphore", case.provider, probe.name()),
             ]
         })
         .collect();

@@ -253,3 +253,36 @@ fn images_carry_a_build_id_that_follows_their_content() {
     assert_eq!(build_id(&all[..2]), id, "the same image gets the same id");
     assert_ne!(build_id(&all), id, "another image gets another id");
 }
+
+/// With underscores as the only separator, probe `_x`'s semaphore and probe
+/// `x_semaphore`'s stub would both be `p__x_semaphore`.
+#[test]
+fn every_symbol_name_is_unique() {
+    let probes = [
+        ProbeSpec::new("_x", &[]).unwrap(),
+        ProbeSpec::new("x_semaphore", &[]).unwrap(),
+    ];
+    let image = build(&ImageSpec {
+        provider: "p",
+        probes: &probes,
+        arch: Arch::X86_64,
+        page_size: 4096,
+    })
+    .unwrap();
+    let parsed = Parsed::new(&image.bytes);
+    let mut names: Vec<&str> = parsed
+        .symbols
+        .iter()
+        .map(|symbol| symbol.name.as_str())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "p___x",
+            "p___x.semaphore",
+            "p__x_semaphore",
+            "p__x_semaphore.semaphore"
+        ]
+    );
+}

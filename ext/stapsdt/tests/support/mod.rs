@@ -381,7 +381,7 @@ pub fn check(spec: &ImageSpec<'_>, bytes: &[u8]) {
         );
 
         let stub_symbol = format!("{}__{}", spec.provider, probe.name());
-        let semaphore_symbol = format!("{}_{}_semaphore", spec.provider, probe.name());
+        let semaphore_symbol = format!("{}__{}.semaphore", spec.provider, probe.name());
         assert_eq!(
             parsed.hash_lookup(&stub_symbol),
             Some(note.pc),
