@@ -3,7 +3,7 @@
 use super::arguments::{self, Registers};
 use super::errors::{argument_error, type_error};
 use super::provider::Provider;
-use super::receiver::receiver;
+use super::receiver::{self, receiver};
 use super::root;
 use magnus::{
     gc::Marker, method, prelude::*, typed_data::Obj, value::Opaque, DataTypeFunctions, Error,
@@ -122,16 +122,6 @@ impl Tracepoint {
         Ok(fire)
     }
 
-    /// Whether a tracer is attached to this probe now.
-    fn is_enabled(ruby: &Ruby, rb_self: Value) -> Result<bool, Error> {
-        let rb_self = Self::from_receiver(ruby, &rb_self)?;
-        // SAFETY: as in `fire`.
-        Ok(rb_self
-            .slot
-            .get()
-            .is_some_and(|site| unsafe { site.is_enabled() }))
-    }
-
     fn name(ruby: &Ruby, rb_self: &Tracepoint) -> Symbol {
         ruby.to_symbol(&rb_self.name)
     }
@@ -156,9 +146,31 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     let class = root(ruby).define_class("Tracepoint", ruby.class_object())?;
     class.undef_default_alloc_func();
     class.define_method("fire", method!(Tracepoint::fire, -1))?;
-    class.define_method("enabled?", method!(Tracepoint::is_enabled, 0))?;
+    receiver::define_plain_method0(class, c"enabled?", is_enabled);
     class.define_method("name", method!(Tracepoint::name, 0))?;
     class.define_method("provider", method!(Tracepoint::provider, 0))?;
     class.define_method("types", method!(Tracepoint::types, 0))?;
     Ok(())
+}
+
+/// `Tracepoint#enabled?`: whether a tracer is attached to this probe now.
+/// Ruby only calls it on instances of Tracepoint (`bind_call` refuses
+/// others, and the class has no allocator), so the receiver check cannot
+/// fail; nothing here can raise.
+unsafe extern "C" fn is_enabled(rb_self: rb_sys::VALUE) -> rb_sys::VALUE {
+    // SAFETY: a live VALUE passed by Ruby as the receiver.
+    let value = unsafe { <Value as magnus::rb_sys::FromRawValue>::from_raw(rb_self) };
+    // SAFETY: as in `fire`: a site in the slot belongs to a loaded image,
+    // kept loaded by the GVL this call holds.
+    let enabled = receiver::<Tracepoint>(&value).is_some_and(|tracepoint| {
+        tracepoint
+            .slot
+            .get()
+            .is_some_and(|site| unsafe { site.is_enabled() })
+    });
+    (if enabled {
+        rb_sys::Qtrue
+    } else {
+        rb_sys::Qfalse
+    }) as rb_sys::VALUE
 }
