@@ -8,35 +8,8 @@ use stapsdt::image::{host_page_size, remove_files_at_exit, LoadedImage};
 use stapsdt::stub_dir::Candidate;
 use stapsdt::{Arch, ProbeSpec};
 
-/// A forked child that keeps its inherited mappings until dropped.
-struct Child(libc::pid_t);
-
-impl Child {
-    fn fork_and_wait() -> Child {
-        // SAFETY: the child only calls pause and _exit, which are
-        // async-signal-safe, as a child of a multi-threaded process must.
-        match unsafe { libc::fork() } {
-            0 => unsafe {
-                libc::pause();
-                libc::_exit(0)
-            },
-            pid => {
-                assert!(pid > 0, "fork failed");
-                Child(pid)
-            }
-        }
-    }
-}
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        // SAFETY: plain syscalls on our own child.
-        unsafe {
-            libc::kill(self.0, libc::SIGKILL);
-            libc::waitpid(self.0, std::ptr::null_mut(), 0);
-        }
-    }
-}
+mod child;
+use child::Child;
 
 #[test]
 fn remove_files_at_exit_leaves_the_files_a_child_maps() {
