@@ -28,8 +28,10 @@ module StaticTracing
           const_set(:"SIG#{name}", name.dup.freeze) unless name == "EXIT" || RESERVED.include?(name)
         end
 
+        # By number, aliases (ABRT and IOT) by name: sort_by is not stable.
         def self.names
-          constants.grep(/\ASIG/).map { |constant| const_get(constant) }.uniq.sort_by { |name| Signal.list[name] }
+          names = constants.grep(/\ASIG/).map { |constant| const_get(constant) }.uniq
+          names.sort_by { |name| [Signal.list[name], name] }
         end
       end
     end
@@ -65,18 +67,10 @@ module StaticTracing
       # Sets mode and signal from STATIC_TRACING_MODE and STATIC_TRACING_SIGNAL,
       # defaulting to SIGNAL and TRAP.
       def configure_from_environment(env = ENV)
-        mode = if env["STATIC_TRACING_MODE"].to_s.empty?
-                 DEFAULT_MODE
-               else
-                 parse_mode(env["STATIC_TRACING_MODE"],
-                            "STATIC_TRACING_MODE")
-               end
-        signal = if env["STATIC_TRACING_SIGNAL"].to_s.empty?
-                   DEFAULT_SIGNAL
-                 else
-                   parse_signal(env["STATIC_TRACING_SIGNAL"],
-                                "STATIC_TRACING_SIGNAL")
-                 end
+        mode = from_environment(env, "STATIC_TRACING_MODE", DEFAULT_MODE) { |value, name| parse_mode(value, name) }
+        signal = from_environment(env, "STATIC_TRACING_SIGNAL", DEFAULT_SIGNAL) do |value, name|
+          parse_signal(value, name)
+        end
         apply(mode, signal)
       end
 
@@ -102,6 +96,12 @@ module StaticTracing
       end
 
       private
+
+      # The parsed value of the variable +name+, or +default+ when it is unset or empty.
+      def from_environment(env, name, default)
+        value = env[name].to_s
+        value.empty? ? default : yield(value, name)
+      end
 
       def signal_name(value)
         case value
