@@ -40,9 +40,8 @@ module StaticTracing
 
       def initialize(pid, proc_dir: "/proc")
         @pid = pid
-        @proc = File.join(proc_dir, pid.to_s)
+        @proc = CLI.process_dir(pid, proc_dir)
         @rejected = []
-        raise Error, "no process with PID #{pid}: check the PID (ps -p #{pid})" unless File.directory?(@proc)
       end
 
       # The directories the process publishes to, best first: those its

@@ -38,9 +38,8 @@ module StaticTracing
 
       def initialize(pid, proc_dir: "/proc")
         @pid = pid
-        @proc = File.join(proc_dir, pid.to_s)
+        @proc = CLI.process_dir(pid, proc_dir)
         @ignored = []
-        raise Error, "no process with PID #{pid}: check the PID (ps -p #{pid})" unless File.directory?(@proc)
         raise Error, "process #{pid} has exited (a zombie not yet reaped by its parent)" if zombie?
       end
 
