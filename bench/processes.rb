@@ -2,6 +2,7 @@
 
 require "fileutils"
 require "open3"
+require_relative "../spec/support/e2e"
 
 module Bench
   ROOT = File.expand_path("..", __dir__)
@@ -117,37 +118,21 @@ module Bench
     READY = "BENCH_BPFTRACE_READY"
 
     class << self
+      # The same bpftrace, and the same checks of whether it can run here,
+      # as the end-to-end specs.
       def path
-        ENV.fetch("BPFTRACE") { %w[/usr/bin/bpftrace /usr/local/bin/bpftrace].find { |file| File.executable?(file) } }
+        E2E.bpftrace
       end
 
       # Why attached measurements cannot be made here, or nil when they can.
       def unavailable_reason
-        return @unavailable_reason if defined?(@unavailable_reason)
-
-        @unavailable_reason =
-          if !RUBY_PLATFORM.include?("linux") then "tracing needs Linux"
-          elsif !StaticTracing.supported? then "USDT probes are not supported on #{RUBY_PLATFORM}"
-          elsif Process.euid != 0 then "bpftrace needs root (running as uid #{Process.euid})"
-          elsif !path then "bpftrace is not installed"
-          else
-            try_bpftrace
-          end
+        E2E.unavailable_reason
       end
 
       # `bpftrace -l PATTERN -p PID`, the probes it lists.
       def list(pattern, pid:)
         out, = Open3.capture2e(path, "-l", pattern, "-p", pid.to_s)
         out.lines.map(&:strip).grep(/\A(usdt|uprobe):/)
-      end
-
-      private
-
-      def try_bpftrace
-        out, status = Open3.capture2e(path, "-e", 'BEGIN { printf("ok\n"); exit(); }')
-        "bpftrace cannot run here: #{out.lines.last(2).join.strip}" unless status.success? && out.include?("ok")
-      rescue SystemCallError => e
-        "bpftrace cannot run here: #{e.message}"
       end
     end
 

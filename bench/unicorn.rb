@@ -13,7 +13,7 @@ module Bench
     attr_reader :port, :worker
 
     def initialize(config_ru, log:)
-      @port = free_port
+      @port = E2E.free_port
       super("unicorn", "-I", File.join(ROOT, "lib"), "-E", "none", "-c", File.join(APP, "unicorn.conf.rb"), config_ru,
             log:, env: { "UNICORN_LISTEN" => "127.0.0.1:#{@port}", "UNICORN_WORKERS" => "1",
                          "STATIC_TRACING_MODE" => "signal" })
@@ -84,15 +84,6 @@ module Bench
 
     def name
       "unicorn master (pid #{pid})"
-    end
-
-    private
-
-    def free_port
-      server = TCPServer.new("127.0.0.1", 0)
-      server.addr[1]
-    ensure
-      server&.close
     end
   end
 end

@@ -3,6 +3,7 @@
 require "open3"
 require "timeout"
 require "rbconfig"
+require "socket"
 
 # Drives real processes for end-to-end examples: a Ruby child that uses the
 # gem, and bpftrace attached to it. Every wait is bounded and synchronized
@@ -34,6 +35,14 @@ module E2E
 
     def required?
       ENV["STATIC_TRACING_REQUIRE_E2E"] == "1"
+    end
+
+    # A TCP port on the loopback nobody listens on now.
+    def free_port
+      server = TCPServer.new("127.0.0.1", 0)
+      server.addr[1]
+    ensure
+      server&.close
     end
 
     private

@@ -12,7 +12,7 @@ module E2E
     attr_reader :port
 
     def initialize(workers: 1, env: {})
-      @port = free_port
+      @port = E2E.free_port
       @workers = workers
       super("unicorn", "-I", LIB, "-E", "none", "-c", File.join(APP, "unicorn.conf.rb"), File.join(APP, "config.ru"),
             env: env.merge("UNICORN_WORKERS" => workers.to_s, "UNICORN_LISTEN" => "127.0.0.1:#{@port}"))
@@ -40,15 +40,6 @@ module E2E
 
     def name
       "unicorn master #{pid}"
-    end
-
-    private
-
-    def free_port
-      server = TCPServer.new("127.0.0.1", 0)
-      server.addr[1]
-    ensure
-      server&.close
     end
   end
 
