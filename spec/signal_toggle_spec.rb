@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require "json"
+
 require "tmpdir"
 
 # Real signals sent to real Ruby processes: SIGNAL mode toggles tracing once
@@ -460,6 +462,8 @@ RSpec.describe StaticTracing::SignalToggle, :subprocess do
         child.wait_for(reported("DAEMON", pid, expected(0)))
         Process.kill("TRAP", pid)
         child.wait_for(reported("DAEMON", pid, expected(1)))
+        state_file = File.join(File.dirname(child.evaluate("StaticTracing::State.path")), "#{pid}.state")
+        expect(JSON.parse(File.read(state_file))).to include("pid" => pid, "enabled" => true)
         Process.kill("TRAP", pid)
         child.wait_for(reported("DAEMON", pid, expected(2)))
         expect(state(child)).to eq(expected(0))
