@@ -460,10 +460,10 @@ RSpec.describe StaticTracing::SignalToggle, :subprocess do
       pid = Integer(child.wait_for(/^DAEMON (\d+) /)[1])
       begin
         child.wait_for(reported("DAEMON", pid, expected(0)))
+        state_file = File.join(File.dirname(child.evaluate("StaticTracing::State.path")), "#{pid}.state")
+        expect(JSON.parse(File.read(state_file))).to include("pid" => pid, "enabled" => false)
         Process.kill("TRAP", pid)
         child.wait_for(reported("DAEMON", pid, expected(1)))
-        state_file = File.join(File.dirname(child.evaluate("StaticTracing::State.path")), "#{pid}.state")
-        expect(JSON.parse(File.read(state_file))).to include("pid" => pid, "enabled" => true)
         Process.kill("TRAP", pid)
         child.wait_for(reported("DAEMON", pid, expected(2)))
         expect(state(child)).to eq(expected(0))
