@@ -224,7 +224,7 @@ RSpec.describe "static-tracing against a live process", :e2e do
 
       app, = start_app
       result = run_cli("list", app.pid, command: ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                                                  RbConfig.ruby, CLIHelpers::EXE])
+                                                  RbConfig.ruby, portable_exe])
       expect(result).to have_attributes(exitstatus: 1, stdout: "")
       expect(result.stderr).to eq(
         "static-tracing: permission denied reading /proc/#{app.pid}/maps: process #{app.pid} runs as uid 0, " \

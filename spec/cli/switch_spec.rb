@@ -219,7 +219,7 @@ RSpec.describe "static-tracing enable, disable and toggle" do
 
       process = child
       result = run_cli("enable", process.pid, command: ["setpriv", "--reuid=65534", "--regid=65534",
-                                                        "--clear-groups", RbConfig.ruby, CLIHelpers::EXE])
+                                                        "--clear-groups", RbConfig.ruby, portable_exe])
       expect_refusal(result, "permission denied reading /proc/#{process.pid}/environ: process #{process.pid} " \
                              "runs as uid 0, you as uid 65534; run static-tracing as root or as uid 0")
       expect_untouched(process, enabled: false)

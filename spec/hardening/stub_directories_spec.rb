@@ -13,11 +13,13 @@ require "tmpdir"
 module HostileStubDirectories
   # A REPL child (see spec/support/e2e.rb) whose /tmp is +tmp+, bind-mounted
   # in a private mount namespace; unshare and sh exec, so its pid is Ruby's.
+  # It loads the gem from a copy outside /tmp: the checkout may be under it.
   class IsolatedRepl < E2E::Repl
     def initialize(setup, tmp:, env:) # rubocop:disable Lint/MissingSuper
       command = ["unshare", "--mount", "--propagation", "private", "--",
                  "sh", "-c", 'mount --rbind "$0" /tmp && exec "$@"', tmp,
-                 RbConfig.ruby, "-I", E2E::LIB, "-r", "static_tracing", "-e", "#{setup}\n#{SERVER}"]
+                 RbConfig.ruby, "-I", File.join(E2E.portable_root, "lib"), "-r", "static_tracing", "-e",
+                 "#{setup}\n#{SERVER}"]
       E2E::Child.instance_method(:initialize).bind_call(self, *command, env:)
       wait_for(/^REPL_READY \d+$/)
       @next_id = 0

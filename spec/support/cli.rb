@@ -18,6 +18,11 @@ module CLIHelpers
 
   # `static-tracing ARGS` run to completion, killed if it takes longer than
   # +timeout+ seconds.
+  # The command from a copy any user can read, for running it as another user.
+  def portable_exe
+    File.join(E2E.portable_root, "exe", "static-tracing")
+  end
+
   def run_cli(*args, env: {}, timeout: 30, command: [RbConfig.ruby, EXE])
     Open3.popen3(env, *command, *args.map(&:to_s), pgroup: true) do |stdin, stdout, stderr, thread|
       stdin.close

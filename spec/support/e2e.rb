@@ -1,9 +1,11 @@
 # frozen_string_literal: true
 
+require "fileutils"
 require "open3"
 require "timeout"
 require "rbconfig"
 require "socket"
+require "tmpdir"
 
 # Drives real processes for end-to-end examples: a Ruby child that uses the
 # gem, and bpftrace attached to it. Every wait is bounded and synchronized
@@ -35,6 +37,21 @@ module E2E
 
     def required?
       ENV["STATIC_TRACING_REQUIRE_E2E"] == "1"
+    end
+
+    # A copy of the gem's lib/ and exe/ that any user can read, outside
+    # /tmp: for children that run as another user, or with a /tmp of their
+    # own, wherever the checkout is and whatever its mode (a fresh clone in
+    # a 0700 directory under /tmp, say). Made once a run.
+    def portable_root
+      @portable_root ||= begin
+        root = Dir.mktmpdir("static_tracing-spec", File.directory?("/var/tmp") ? "/var/tmp" : nil)
+        FileUtils.cp_r([File.join(ROOT, "lib"), File.join(ROOT, "exe")], root)
+        FileUtils.chmod_R("a+rX", root)
+        creator = Process.pid
+        at_exit { FileUtils.rm_rf(root) if Process.pid == creator }
+        root
+      end
     end
 
     # A TCP port on the loopback nobody listens on now.
