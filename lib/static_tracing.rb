@@ -61,4 +61,5 @@ module StaticTracing
   at_exit { Native.remove_files_at_exit }
 end
 
+StaticTracing.warn_unsupported unless StaticTracing.supported?
 StaticTracing::Configuration.configure_from_environment

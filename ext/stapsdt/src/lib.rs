@@ -11,15 +11,15 @@
 
 pub mod arch;
 pub mod elf;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub mod image;
 pub mod names;
 pub mod probe;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub mod site;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub mod stub_dir;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 mod sys;
 
 pub use arch::Arch;

@@ -3,7 +3,7 @@
 
 use std::ffi::{CStr, CString};
 use std::fs::File;
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -23,6 +23,7 @@ pub struct Library {
 unsafe impl Send for Library {}
 
 /// The public head of glibc's and musl's `struct link_map` (`<link.h>`).
+#[cfg(target_os = "linux")]
 #[repr(C)]
 struct LinkMapHead {
     l_addr: usize,
@@ -43,6 +44,7 @@ impl Library {
 
     /// The load bias: what to add to an address of the file to get the
     /// address in this process.
+    #[cfg(target_os = "linux")]
     pub fn base(&self) -> usize {
         let mut map: *const LinkMapHead = std::ptr::null();
         // SAFETY: RTLD_DI_LINKMAP stores a `struct link_map *` into `map`; the
@@ -61,6 +63,12 @@ impl Library {
         );
         // SAFETY: `map` points at the loader's live link map (see above).
         unsafe { (*map).l_addr }
+    }
+
+    /// Stubs are only loaded on Linux: elsewhere `image` refuses before.
+    #[cfg(not(target_os = "linux"))]
+    pub fn base(&self) -> usize {
+        unreachable!("stubs are only loaded on Linux")
     }
 
     /// Unmaps the object.
@@ -90,6 +98,7 @@ fn last_dl_error() -> String {
 }
 
 /// An anonymous, sealed-off file in memory (`memfd_create`), executable.
+#[cfg(target_os = "linux")]
 pub fn memfd(name: &str) -> io::Result<File> {
     let name = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // Kernels with vm.memfd_noexec want MFD_EXEC said out loud; older ones
@@ -109,7 +118,13 @@ pub fn memfd(name: &str) -> io::Result<File> {
     Err(io::Error::last_os_error())
 }
 
+#[cfg(not(target_os = "linux"))]
+pub fn memfd(_name: &str) -> io::Result<File> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
+}
+
 /// Whether the file system holding `fd` is mounted `noexec`.
+#[cfg(target_os = "linux")]
 pub fn mounted_noexec(fd: &impl AsRawFd) -> io::Result<bool> {
     let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
     // SAFETY: `stat` is a valid out-pointer; fstatvfs fills it on success.
@@ -119,6 +134,11 @@ pub fn mounted_noexec(fd: &impl AsRawFd) -> io::Result<bool> {
     // SAFETY: fstatvfs succeeded, so `stat` is initialized.
     let stat = unsafe { stat.assume_init() };
     Ok(stat.f_flag & libc::ST_NOEXEC != 0)
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn mounted_noexec(_fd: &impl AsRawFd) -> io::Result<bool> {
+    Ok(false)
 }
 
 /// Whether a process with this id exists (it may belong to another user).
@@ -185,6 +205,7 @@ static TABLES: ForkTables = ForkTables {
 static FORKS: AtomicU64 = AtomicU64::new(0);
 static UNCLAIMED_FORKS: AtomicU64 = AtomicU64::new(0);
 
+#[cfg(target_os = "linux")]
 fn whole_file_lock(kind: libc::c_short) -> libc::flock {
     // SAFETY: flock is a plain C struct; all-zero is a valid value (and
     // OFD locks require l_pid to be 0).
@@ -195,10 +216,11 @@ fn whole_file_lock(kind: libc::c_short) -> libc::flock {
 }
 
 /// Opens a new description of the file behind `fd` and read-locks it.
+#[cfg(target_os = "linux")]
 fn open_claim(fd: RawFd) -> Option<RawFd> {
     let mut path = [0u8; 32];
     let mut cursor = std::io::Cursor::new(&mut path[..]);
-    write!(cursor, "/proc/self/fd/{fd}\0").ok()?;
+    std::io::Write::write_fmt(&mut cursor, format_args!("/proc/self/fd/{fd}\0")).ok()?;
     // SAFETY: `path` is NUL-terminated; the new descriptor is ours.
     let claim = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
     if claim < 0 {
@@ -212,6 +234,13 @@ fn open_claim(fd: RawFd) -> Option<RawFd> {
         return None;
     }
     Some(claim)
+}
+
+/// Open file description locks are Linux's: elsewhere a child gets no
+/// claim, and the fork is counted as one after which files may be shared.
+#[cfg(not(target_os = "linux"))]
+fn open_claim(_fd: RawFd) -> Option<RawFd> {
+    None
 }
 
 extern "C" fn prepare_claims_before_fork() {
@@ -306,12 +335,18 @@ pub fn forks_so_far() -> (u64, u64) {
 
 /// Whether another process (or another description in this one) holds a
 /// claim on `file`, that is: whether some process other than its creator maps it.
+#[cfg(target_os = "linux")]
 pub fn claimed_by_another_process(file: &File) -> bool {
     let mut lock = whole_file_lock(libc::F_WRLCK as libc::c_short);
     // SAFETY: F_OFD_GETLK fills `lock` with a conflicting lock, or F_UNLCK.
     let status = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut lock) };
     // Unknown means in use: rewriting a file another process maps is unsafe.
     status != 0 || lock.l_type != libc::F_UNLCK as libc::c_short
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn claimed_by_another_process(_file: &File) -> bool {
+    true
 }
 
 /// Creates `name` inside the directory `dir`, failing if anything (a file,
@@ -372,6 +407,7 @@ pub fn rename_at(dir: &File, from: &str, to: &str) -> io::Result<()> {
 
 /// Reserves the blocks of `file` up to `len` bytes, so that writing them
 /// later cannot fail for lack of space.
+#[cfg(target_os = "linux")]
 pub fn allocate(file: &File, len: u64) -> io::Result<()> {
     // SAFETY: plain syscall on a descriptor we own.
     let status = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
@@ -382,4 +418,9 @@ pub fn allocate(file: &File, len: u64) -> io::Result<()> {
         libc::EOPNOTSUPP => Ok(()),
         errno => Err(io::Error::from_raw_os_error(errno)),
     }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn allocate(_file: &File, _len: u64) -> io::Result<()> {
+    Ok(())
 }
