@@ -145,22 +145,4 @@ module StaticTracing
       end
     end
   end
-
-  # Process._fork is the one hook every fork goes through (Kernel#fork,
-  # Process.fork, IO.popen("-")), except Process.daemon's; the child gets its
-  # own signal thread.
-  module ForkHook
-    def _fork
-      pid = super
-      StaticTracing::SignalToggle.restart_after_fork if pid.zero?
-      pid
-    end
-
-    def daemon(...)
-      result = super
-      StaticTracing::SignalToggle.restart_after_fork
-      result
-    end
-  end
-  Process.singleton_class.prepend(ForkHook)
 end

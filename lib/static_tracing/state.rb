@@ -53,22 +53,5 @@ module StaticTracing
         nil
       end
     end
-
-    # A forked child, or a daemonized process (a new pid, without
-    # Process._fork), publishes its own state.
-    module ForkHook
-      def _fork
-        pid = super
-        StaticTracing::State.publish if pid.zero?
-        pid
-      end
-
-      def daemon(...)
-        result = super
-        StaticTracing::State.publish
-        result
-      end
-    end
-    Process.singleton_class.prepend(ForkHook)
   end
 end

@@ -1,0 +1,30 @@
+# frozen_string_literal: true
+
+module StaticTracing
+  # Process._fork is the one hook every fork goes through (Kernel#fork,
+  # Process.fork, IO.popen("-")); Process.daemon forks without it. Either way
+  # the new process needs its own signal watcher (the parent's thread did not
+  # survive the fork) and its own `<pid>.state`, in that order: the state
+  # names the signal the process listens to.
+  module ForkHook
+    def _fork
+      pid = super
+      ForkHook.start_new_process if pid.zero?
+      pid
+    end
+
+    def daemon(...)
+      result = super
+      ForkHook.start_new_process
+      result
+    end
+
+    # Each step warns rather than raises when it fails: an error here would
+    # come out of the application's fork, in the child.
+    def self.start_new_process
+      SignalToggle.restart_after_fork
+      State.publish
+    end
+  end
+  Process.singleton_class.prepend(ForkHook)
+end
