@@ -1,22 +1,21 @@
 # frozen_string_literal: true
 
-require "net/http"
-require "socket"
+require_relative "../spec/support/unicorn"
 
 module Bench
   # The example app (examples/unicorn) under a unicorn master with one
   # worker, on a free loopback port.
   class Unicorn < Child
-    APP = File.join(ROOT, "examples", "unicorn")
+    include E2E::UnicornApp
+
     READY_TIMEOUT = 30
 
-    attr_reader :port, :worker
+    attr_reader :worker
 
     def initialize(config_ru, log:)
       @port = E2E.free_port
-      super("unicorn", "-I", File.join(ROOT, "lib"), "-E", "none", "-c", File.join(APP, "unicorn.conf.rb"), config_ru,
-            log:, env: { "UNICORN_LISTEN" => "127.0.0.1:#{@port}", "UNICORN_WORKERS" => "1",
-                         "STATIC_TRACING_MODE" => "signal" })
+      env, *command = E2E::UnicornApp.command(config_ru, port: @port, workers: 1)
+      super(*command, log:, env: env.merge("STATIC_TRACING_MODE" => "signal"))
       begin
         wait_for(/worker=0 ready/, timeout: READY_TIMEOUT)
         @worker = Integer(output[/worker=0 spawned pid=(\d+)/, 1])
@@ -28,15 +27,6 @@ module Bench
 
     def url(path = "/")
       "http://127.0.0.1:#{@port}#{path}"
-    end
-
-    def get(path)
-      Net::HTTP.start("127.0.0.1", @port, open_timeout: 5, read_timeout: 10) do |http|
-        response = http.get(path)
-        raise "GET #{path}: #{response.code} #{response.body}" unless response.code == "200"
-
-        response.body
-      end
     end
 
     # Whether the worker has the extension mapped: it has not when the gem

@@ -4,26 +4,21 @@ require "net/http"
 require "socket"
 
 module E2E
-  # The example app (examples/unicorn) under a real unicorn master, with
-  # preload_app and as many workers as asked for, on a free loopback port.
-  class Unicorn < Child
+  # What the specs and the benchmark both know of the example app
+  # (examples/unicorn) under unicorn: how it starts, and how to ask it.
+  # Includers set @port.
+  module UnicornApp
     APP = File.join(ROOT, "examples", "unicorn")
+
+    # The unicorn command line serving +config_ru+, and its environment.
+    def self.command(config_ru, port:, workers:)
+      [{ "UNICORN_LISTEN" => "127.0.0.1:#{port}", "UNICORN_WORKERS" => workers.to_s },
+       "unicorn", "-I", LIB, "-E", "none", "-c", File.join(APP, "unicorn.conf.rb"), config_ru]
+    end
 
     attr_reader :port
 
-    def initialize(workers: 1, env: {})
-      @port = E2E.free_port
-      @workers = workers
-      super("unicorn", "-I", LIB, "-E", "none", "-c", File.join(APP, "unicorn.conf.rb"), File.join(APP, "config.ru"),
-            env: env.merge("UNICORN_WORKERS" => workers.to_s, "UNICORN_LISTEN" => "127.0.0.1:#{@port}"))
-      workers.times { |index| wait_for(/worker=#{index} ready/) }
-    end
-
-    # PIDs of the workers, by number, as unicorn logged them.
-    def worker_pids
-      @workers.times.map { |index| Integer(output[/worker=#{index} spawned pid=(\d+)/, 1]) }
-    end
-
+    # The body of GET +path+; raises unless the answer is a 200.
     def get(path)
       Net::HTTP.start("127.0.0.1", @port, open_timeout: 5, read_timeout: 10) do |http|
         response = http.get(path)
@@ -31,6 +26,25 @@ module E2E
 
         response.body
       end
+    end
+  end
+
+  # The example app under a real unicorn master, with preload_app and as
+  # many workers as asked for, on a free loopback port.
+  class Unicorn < Child
+    include UnicornApp
+
+    def initialize(workers: 1, env: {})
+      @port = E2E.free_port
+      @workers = workers
+      unicorn_env, *command = UnicornApp.command(File.join(APP, "config.ru"), port: @port, workers:)
+      super(*command, env: env.merge(unicorn_env))
+      workers.times { |index| wait_for(/worker=#{index} ready/) }
+    end
+
+    # PIDs of the workers, by number, as unicorn logged them.
+    def worker_pids
+      @workers.times.map { |index| Integer(output[/worker=#{index} spawned pid=(\d+)/, 1]) }
     end
 
     # The tracing state a worker reports (GET /tracing, answered by one worker).
