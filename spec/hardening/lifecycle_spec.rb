@@ -1,17 +1,11 @@
 # frozen_string_literal: true
 
 require "fileutils"
-require "tmpdir"
 
 # Providers come and go under a live tracer, thousands of times, and at
 # process exit; nothing crashes, nothing is left behind.
 RSpec.describe "Provider lifecycle", :e2e do
-  around do |example|
-    Dir.mktmpdir("hardening") do |dir|
-      @stub_dir = File.join(dir, "stubs")
-      example.run
-    end
-  end
+  include_context "with a private stub directory"
 
   let(:env) { { "STATIC_TRACING_DIR" => @stub_dir } }
 
@@ -38,10 +32,6 @@ RSpec.describe "Provider lifecycle", :e2e do
     File.read("/proc/#{pid}/stat")[/\) (\w)/, 1] == "Z"
   rescue Errno::ENOENT, Errno::ESRCH
     true
-  end
-
-  def stub_files(pid)
-    Dir.children(@stub_dir).grep(/-#{pid}-\d+\.so\z/)
   end
 
   describe "under bpftrace" do

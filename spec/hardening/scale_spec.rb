@@ -1,26 +1,15 @@
 # frozen_string_literal: true
 
-require "tmpdir"
-
 # Thousands of probes: one provider of 10,000, and 500 providers of 10,
 # listed exactly by bpftrace, fired through it on a sample, and gone
 # without a trace when unloaded.
 RSpec.describe "Thousands of probes", :e2e do
-  around do |example|
-    Dir.mktmpdir("hardening") do |dir|
-      @stub_dir = File.join(dir, "stubs")
-      example.run
-    end
-  end
+  include_context "with a private stub directory"
 
   let(:app) { ruby_repl("", env: { "STATIC_TRACING_DIR" => @stub_dir }) }
 
   def listed(pid, pattern)
     bpftrace_list(pid, pattern).map { |line| line.split(":", 4).values_at(2, 3).join(":") }
-  end
-
-  def stub_files(pid)
-    Dir.children(@stub_dir).grep(/-#{pid}-\d+\.so\z/)
   end
 
   def counts(output)
