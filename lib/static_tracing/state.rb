@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "json"
+require_relative "process_start"
 
 module StaticTracing
   # What this process publishes about its tracing, as `<pid>.state` next to
@@ -44,11 +45,10 @@ module StaticTracing
 
       private
 
-      # The process's start time in clock ticks since boot (field 22 of
-      # /proc/PID/stat): with the pid, it tells a reader that the file is
-      # this process's and not one of an earlier process with the same pid.
+      # With the pid, it tells a reader that the file is this process's and
+      # not one of an earlier process with the same pid.
       def start_time
-        File.read("/proc/self/stat").split(") ", 2).last.split[19].to_i
+        ProcessStart.parse(File.read("/proc/self/stat"))
       rescue SystemCallError
         nil
       end

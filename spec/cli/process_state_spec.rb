@@ -165,4 +165,23 @@ RSpec.describe StaticTracing::CLI::ProcessState do
                                          signal: StaticTracing::SignalToggle.signal,
                                          enabled: StaticTracing.enabled?)
   end
+
+  # The gem writes the start time, the command checks it: both must find
+  # field 22 past a command name that holds ") ", as an executable's can.
+  it "trusts the state a process publishes whose command name holds \") \"", :subprocess do
+    skip "USDT probes are not supported on #{RUBY_PLATFORM}" unless StaticTracing.supported?
+
+    ruby = File.join(root, "rb) 1 2 3")
+    File.symlink(RbConfig.ruby, ruby)
+    stubs = File.join(root, "stubs")
+    child = E2E::Child.new(ruby, "-I", E2E::LIB, "-r", "static_tracing", "-e",
+                           'StaticTracing::State.publish; puts "published"; $stdout.flush; $stdin.gets',
+                           env: { "STATIC_TRACING_DIR" => stubs })
+    started_processes << child
+    child.wait_for(/^published$/)
+    expect(File.read("/proc/#{child.pid}/comm")).to eq("rb) 1 2 3\n")
+    process = described_class.new(child.pid)
+    expect(process.read).to have_attributes(path: File.join(stubs, "#{child.pid}.state"))
+    expect(process.rejected).to be_empty
+  end
 end

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "json"
+require_relative "../process_start"
 
 module StaticTracing
   module CLI
@@ -76,10 +77,9 @@ module StaticTracing
         "#{pid}.state"
       end
 
-      # Field 22 of /proc/PID/stat: when the process started, in clock ticks
-      # since boot. With the pid it names one process for good.
+      # When the process started (see StaticTracing::ProcessStart).
       def start_time
-        @start_time ||= read_proc("stat").rpartition(")").last.split[19].to_i
+        @start_time ||= ProcessStart.parse(read_proc("stat"))
       end
 
       # Whether the process has a handler installed for +signal_number+ now
@@ -93,7 +93,7 @@ module StaticTracing
       def alive?
         return false unless File.directory?(@proc)
 
-        read_proc("stat").rpartition(")").last.split[19].to_i == start_time
+        ProcessStart.parse(read_proc("stat")) == start_time
       rescue Error, SystemCallError
         false
       end

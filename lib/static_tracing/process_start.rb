@@ -1,0 +1,17 @@
+# frozen_string_literal: true
+
+module StaticTracing
+  # When a process started, in clock ticks since boot: field 22 of
+  # /proc/PID/stat. With the pid it names one process for good, as pids are
+  # reused. The gem writes its own into `<pid>.state`; the static-tracing
+  # command reads the target's to tell that file from a stale one. Both
+  # must read the field the same way.
+  module ProcessStart
+    # +stat+ is the text of /proc/PID/stat. Field 2, the command name in
+    # parentheses, may itself hold spaces and ") ": fields are counted from
+    # the last ")".
+    def self.parse(stat)
+      stat.rpartition(")").last.split[19].to_i
+    end
+  end
+end
