@@ -17,6 +17,7 @@
 
 use crate::arch::Arch;
 use crate::elf::{self, BuildError, ImageSpec, Layout};
+use crate::probe::ProbeSpec;
 use crate::site::ProbeSite;
 use crate::stub_dir::{Candidate, StubDir, StubFileName};
 use crate::sys::{self, Library};
@@ -133,9 +134,15 @@ pub fn remove_files_at_exit() -> usize {
     removed
 }
 
-/// The page size images are generated for: this machine's.
-pub fn host_page_size() -> u64 {
-    sys::page_size()
+/// The spec of an image this process can load: for this machine's
+/// architecture and page size. None where probes are not supported.
+pub fn host_spec<'a>(provider: &'a str, probes: &'a [ProbeSpec]) -> Option<ImageSpec<'a>> {
+    Some(ImageSpec {
+        provider,
+        probes,
+        arch: Arch::host()?,
+        page_size: sys::page_size(),
+    })
 }
 
 /// A provider's image, loaded into this process.

@@ -3,10 +3,9 @@
 // Not under Miri: it cannot dlopen, fork, or make the libc calls loading needs.
 #![cfg(all(target_os = "linux", not(miri)))]
 
-use stapsdt::elf::ImageSpec;
-use stapsdt::image::{host_page_size, remove_files_at_exit, LoadedImage};
+use stapsdt::image::{host_spec, remove_files_at_exit, LoadedImage};
 use stapsdt::stub_dir::Candidate;
-use stapsdt::{Arch, ProbeSpec};
+use stapsdt::ProbeSpec;
 
 #[test]
 fn remove_files_at_exit_removes_what_this_process_created() {
@@ -16,12 +15,7 @@ fn remove_files_at_exit_removes_what_this_process_created() {
         origin: "test",
     };
     let probes = [ProbeSpec::new("p", &[]).unwrap()];
-    let spec = |provider| ImageSpec {
-        provider,
-        probes: &probes,
-        arch: Arch::host().unwrap(),
-        page_size: host_page_size(),
-    };
+    let spec = |provider| host_spec(provider, &probes).unwrap();
     let (first, _) = LoadedImage::load(&spec("first"), std::slice::from_ref(&candidate)).unwrap();
     let (second, _) = LoadedImage::load(&spec("second"), std::slice::from_ref(&candidate)).unwrap();
     let paths = [first.path(), second.path()];

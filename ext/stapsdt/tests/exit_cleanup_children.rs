@@ -3,10 +3,9 @@
 // Not under Miri: it cannot dlopen, fork, or make the libc calls loading needs.
 #![cfg(all(target_os = "linux", not(miri)))]
 
-use stapsdt::elf::ImageSpec;
-use stapsdt::image::{host_page_size, remove_files_at_exit, LoadedImage};
+use stapsdt::image::{host_spec, remove_files_at_exit, LoadedImage};
 use stapsdt::stub_dir::Candidate;
-use stapsdt::{Arch, ProbeSpec};
+use stapsdt::ProbeSpec;
 
 mod child;
 use child::Child;
@@ -19,12 +18,7 @@ fn remove_files_at_exit_leaves_the_files_a_child_maps() {
         origin: "test",
     };
     let probes = [ProbeSpec::new("p", &[]).unwrap()];
-    let spec = ImageSpec {
-        provider: "shared",
-        probes: &probes,
-        arch: Arch::host().unwrap(),
-        page_size: host_page_size(),
-    };
+    let spec = host_spec("shared", &probes).unwrap();
     let (image, _) = LoadedImage::load(&spec, std::slice::from_ref(&candidate)).unwrap();
     let path = image.path();
 

@@ -3,7 +3,7 @@
 #![cfg(all(target_os = "linux", not(miri)))]
 
 use stapsdt::elf::ImageSpec;
-use stapsdt::image::{host_page_size, LoadedImage, Reloaded};
+use stapsdt::image::{host_spec, LoadedImage, Reloaded};
 use stapsdt::site::ProbeSite;
 use stapsdt::stub_dir::{candidates_from, Candidate, StubDir, StubFileName};
 use stapsdt::{Arch, ArgType, ProbeSpec};
@@ -54,12 +54,7 @@ fn probes(names: &[&str]) -> Vec<ProbeSpec> {
 }
 
 fn spec<'a>(provider: &'a str, probes: &'a [ProbeSpec]) -> ImageSpec<'a> {
-    ImageSpec {
-        provider,
-        probes,
-        arch: Arch::host().unwrap(),
-        page_size: host_page_size(),
-    }
+    host_spec(provider, probes).unwrap()
 }
 
 fn maps() -> String {

@@ -4,9 +4,9 @@
 #![cfg(all(target_os = "linux", not(miri)))]
 
 use stapsdt::elf::ImageSpec;
-use stapsdt::image::{host_page_size, LoadedImage, Reloaded};
+use stapsdt::image::{host_spec, LoadedImage, Reloaded};
 use stapsdt::stub_dir::Candidate;
-use stapsdt::{Arch, ProbeSpec};
+use stapsdt::ProbeSpec;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -29,12 +29,7 @@ fn dir(name: &str) -> (Candidate, PathBuf) {
 }
 
 fn spec<'a>(provider: &'a str, probes: &'a [ProbeSpec]) -> ImageSpec<'a> {
-    ImageSpec {
-        provider,
-        probes,
-        arch: Arch::host().unwrap(),
-        page_size: host_page_size(),
-    }
+    host_spec(provider, probes).unwrap()
 }
 
 fn probes() -> Vec<ProbeSpec> {

@@ -106,12 +106,7 @@ impl Provider {
     }
 
     fn spec<'a>(&'a self, probes: &'a [ProbeSpec]) -> Result<ImageSpec<'a>, LoadError> {
-        Ok(ImageSpec {
-            provider: &self.name,
-            probes,
-            arch: Arch::host().ok_or(LoadError::Unsupported)?,
-            page_size: image::host_page_size(),
-        })
+        image::host_spec(&self.name, probes).ok_or(LoadError::Unsupported)
     }
 
     /// Adds a probe and returns its new Tracepoint; a loaded provider is
