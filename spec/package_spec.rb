@@ -45,7 +45,7 @@ RSpec.describe "Installing static_tracing from a .gem" do
       version, extension, stub = run(env, RbConfig.ruby, "-e", script, chdir: dir).lines.map(&:chomp)
       expect(version).to eq(StaticTracing::VERSION)
       expect(extension).to start_with(home)
-      expect(File.basename(stub)).to match(/\Apackaged-\d+-\d+\.so\z/)
+      expect(File.basename(stub)).to match(/\Apackaged-\d+-\d+-\d+\.so\z/)
 
       help = run(env, File.join(home, "bin", "static-tracing"), "--help", chdir: dir)
       expect(help).to include("Usage: static-tracing COMMAND")

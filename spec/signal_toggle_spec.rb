@@ -460,7 +460,7 @@ RSpec.describe StaticTracing::SignalToggle, :subprocess do
       pid = Integer(child.wait_for(/^DAEMON (\d+) /)[1])
       begin
         child.wait_for(reported("DAEMON", pid, expected(0)))
-        state_file = File.join(File.dirname(child.evaluate("StaticTracing::State.path")), "#{pid}.state")
+        state_file = File.join(File.dirname(child.evaluate("StaticTracing::State.path")), StubNames.state_file(pid))
         expect(JSON.parse(File.read(state_file))).to include("pid" => pid, "enabled" => false)
         Process.kill("TRAP", pid)
         child.wait_for(reported("DAEMON", pid, expected(1)))
@@ -488,12 +488,14 @@ RSpec.describe StaticTracing::SignalToggle, :subprocess do
   end
 
   describe "the environment, read at require" do
-    # Requires the gem in a new process with +env+; returns what it printed.
+    # Requires the gem in a new process with +env+; returns what it printed
+    # (stdout and stderr), ending with the configuration in effect.
     def require_with(env)
       script = <<~'RUBY'
         begin
           require "static_tracing"
-          puts "loaded"
+          $stderr.flush
+          puts "loaded: #{StaticTracing::Configuration.mode} #{StaticTracing::SignalToggle.signal}"
         rescue ArgumentError => e
           puts "#{e.class}: #{e.message}"
         end
@@ -537,27 +539,25 @@ RSpec.describe StaticTracing::SignalToggle, :subprocess do
       expect(configuration(child)).to eq([:signal, "USR2", "USR2", usr2_number])
     end
 
-    it "makes the require raise an ArgumentError naming the variable for a bad STATIC_TRACING_MODE" do
-      expect(require_with("STATIC_TRACING_MODE" => "bogus")).to eq(
-        'ArgumentError: invalid STATIC_TRACING_MODE "bogus": valid modes are :on, :off and :signal ' \
-        "(StaticTracing::Configuration::Modes::ON, OFF, SIGNAL)"
-      )
+    # A tracing library must never stop the application from booting.
+    it "boots with a bad STATIC_TRACING_MODE: one warning naming the variable, the value and the valid modes" do
+      output = require_with("STATIC_TRACING_MODE" => "bogus")
+      warning, loaded, *rest = output.lines
+      expect(warning).to include('STATIC_TRACING_MODE "bogus"', ":on, :off and :signal", "default")
+      expect([loaded, rest]).to eq(["loaded: signal TRAP\n", []])
     end
 
-    it "makes the require raise an ArgumentError naming the variable for a reserved or unknown signal" do
-      expect(require_with("STATIC_TRACING_SIGNAL" => "KILL")).to eq(
-        'ArgumentError: invalid STATIC_TRACING_SIGNAL "KILL": SIGKILL cannot toggle tracing (SIGKILL, SIGSTOP, ' \
-        "SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGVTALRM are uncatchable or used by Ruby); " \
-        "valid signals are #{valid_signals}"
-      )
-      expect(require_with("STATIC_TRACING_SIGNAL" => "NOPE", "STATIC_TRACING_MODE" => "on")).to eq(
-        "ArgumentError: invalid STATIC_TRACING_SIGNAL \"NOPE\": valid signals are #{valid_signals}, " \
-        "given as \"TRAP\", \"SIGTRAP\", :TRAP or a number"
-      )
+    it "boots with a reserved, system-sent or unknown STATIC_TRACING_SIGNAL, warning once and taking SIGTRAP" do
+      %w[KILL CHLD 99 nonsense].each do |value|
+        output = require_with("STATIC_TRACING_SIGNAL" => value, "STATIC_TRACING_MODE" => "signal")
+        warning, loaded, *rest = output.lines
+        expect(warning).to include(%(STATIC_TRACING_SIGNAL "#{value}"), valid_signals, "default")
+        expect([loaded, rest]).to eq(["loaded: signal TRAP\n", []]), "STATIC_TRACING_SIGNAL=#{value}: #{output}"
+      end
     end
 
     it "loads with no variable set" do
-      expect(require_with({})).to eq("loaded")
+      expect(require_with({})).to eq("loaded: signal TRAP")
     end
   end
 end

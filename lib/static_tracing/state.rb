@@ -4,10 +4,11 @@ require "json"
 require_relative "process_start"
 
 module StaticTracing
-  # What this process publishes about its tracing, as `<pid>.state` next to
-  # its stubs: mode, signal and whether tracing is on. The `static-tracing`
-  # command reads it to enable, disable or toggle tracing knowing the state,
-  # and never to send a signal the process does not listen to.
+  # What this process publishes about its tracing, as `<pid>-<pidns>.state`
+  # next to its stubs: mode, signal and whether tracing is on. The
+  # `static-tracing` command reads it to enable, disable or toggle tracing
+  # knowing the state, and never to send a signal the process does not
+  # listen to.
   module State
     FORMAT = 1
 

@@ -128,7 +128,7 @@ RSpec.describe "Providers across fork", :e2e do
     path = parent.evaluate("$provider.path")
     kid = parent.evaluate("$kid = Kid.new; $kid.pid")
     kid_path = parent.evaluate("$kid.eval('$provider.add_tracepoint(:kid_only); $provider.path')")
-    expect(File.basename(kid_path)).to match(/\Aforked-#{kid}-\d+\.so\z/)
+    expect(File.basename(kid_path)).to match(StubNames.stub_file_pattern("forked", kid))
     tracer = attach_bpftrace(kid, "usdt:*:forked:kid_only { @hits[pid] = count(); }")
     expect(parent.evaluate("$kid.eval('$provider.tracepoints[:kid_only].fire')")).to be(true)
     expect(hits_by_pid(tracer.finish)).to eq(kid => 1)
@@ -150,7 +150,7 @@ RSpec.describe "Providers across fork", :e2e do
     parent.evaluate("$late = $provider.add_tracepoint(:late, String)")
     fresh = parent.evaluate("$provider.path")
     expect(fresh).not_to eq(path)
-    expect(File.basename(fresh)).to match(/\Aforked-#{parent.pid}-\d+\.so\z/)
+    expect(File.basename(fresh)).to match(StubNames.stub_file_pattern("forked", parent.pid))
     expect(File.exist?(path)).to be(true)
     expect(File.readlines("/proc/#{kid}/maps").grep(/#{Regexp.escape(path)}/)).not_to be_empty
     expect(File.readlines("/proc/#{parent.pid}/maps").grep(/#{Regexp.escape(path)}/)).to be_empty
@@ -222,7 +222,7 @@ RSpec.describe "Providers across fork", :e2e do
   it "traces each preloaded unicorn worker by its own PID" do
     unicorn = start_unicorn(workers: 2, env: { "STATIC_TRACING_MODE" => "on" })
     workers = unicorn.worker_pids
-    stub = File.read("/proc/#{unicorn.pid}/maps")[%r{\S+/my_controller-#{unicorn.pid}-\d+\.so$}]
+    stub = File.read("/proc/#{unicorn.pid}/maps")[%r{\S+/my_controller-#{StubNames.process_key(unicorn.pid)}-\d+\.so$}]
     expect(stub).not_to be_nil
     workers.each do |worker|
       expect(bpftrace_list(worker, "usdt:*:my_controller:index"))

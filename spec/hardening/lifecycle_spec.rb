@@ -144,21 +144,24 @@ RSpec.describe "Provider lifecycle", :e2e do
         $stdin.gets
       RUBY
       state, *stubs = child.wait_for(/^READY (\S+) (\S+) (\S+)$/).captures
-      expect(File.basename(state)).to eq("#{child.pid}.state")
+      expect(File.basename(state)).to eq(StubNames.state_file(child.pid))
       expect([state, *stubs]).to all(satisfy { |path| File.exist?(path) })
       expect(stub_files(child.pid).size).to eq(2)
 
+      key = StubNames.process_key(child.pid)
       child.puts("exit")
       expect(child.wait).to be_success
-      expect(Dir.children(@stub_dir).grep(/(\A|-)#{child.pid}[.-]/)).to be_empty
+      expect(Dir.children(@stub_dir).grep(/(\A|-)#{key}[.-]/)).to be_empty
     end
 
     it "sweeps the stubs and state files of dead processes when a process starts" do
       dead = Process.spawn("true")
       Process.wait(dead)
       FileUtils.mkdir_p(@stub_dir, mode: 0o700)
+      dead = "#{dead}-#{StubNames.pid_namespace}"
+      alive = "1-#{StubNames.pid_namespace}"
       planted = ["gone-#{dead}-0.so", "gone_too-#{dead}-17.so", "#{dead}.state"]
-      kept = ["alive-1-0.so", "1.state", "notes.txt", "not_a_stub-#{dead}.so"]
+      kept = ["alive-#{alive}-0.so", "#{alive}.state", "notes.txt", "not_a_stub-#{dead}.so"]
       (planted + kept).each { |name| File.write(File.join(@stub_dir, name), "x") }
 
       expect(app.evaluate("$provider.loaded?")).to be(true)

@@ -155,7 +155,7 @@ RSpec.describe "Hostile stub directories" do
   end
 
   def stub_file_pattern(child, dir, provider)
-    %r{\A#{Regexp.escape(dir)}/#{provider}-#{child.pid}-\d+\.so\z}
+    %r{\A#{Regexp.escape(dir)}/#{provider}-#{StubNames.process_key(child.pid)}-\d+\.so\z}
   end
 
   # The child's stub is a real file, the only entry in +dir+ with the state.
@@ -172,14 +172,14 @@ RSpec.describe "Hostile stub directories" do
     expect(child.evaluate("mapped('memfd:static_tracing:#{provider} (deleted)').size")).to be >= 1
   end
 
-  # `<pid>.state` is published in +dir+ (the child's view), a regular 0600
+  # `<pid>-<pidns>.state` is published in +dir+ (the child's view), a regular 0600
   # file of ours; or nowhere, when +dir+ is nil.
   def expect_state_in(child, dir)
     path = child.evaluate("StaticTracing::State.path")
     if dir.nil?
       expect(path).to be_nil
     else
-      expect(path).to eq(File.join(dir, "#{child.pid}.state"))
+      expect(path).to eq(File.join(dir, StubNames.state_file(child.pid)))
       stat = File.lstat(host_path(path))
       expect(stat).to be_file
       expect([stat.mode & 0o7777, stat.uid]).to eq([0o600, uid])
@@ -354,7 +354,7 @@ RSpec.describe "Hostile stub directories" do
     expect_no_writable_executable_mapping(child)
   end
 
-  it "names stub files <provider>-<pid>-<generation>.so, directly inside the directory, for any valid name" do
+  it "names stub files <provider>-<pid>-<pidns>-<generation>.so, directly inside the directory, for any valid name" do
     dir = path_in("stubs")
     child = start_child("STATIC_TRACING_DIR" => dir)
     names = ["_", "a" * 128, "A9_z", "__proto__", "dev_null", "CON"]
@@ -363,7 +363,8 @@ RSpec.describe "Hostile stub directories" do
     names.zip(paths).each { |name, path| expect_stub_in(child, dir, path, provider: name) }
     escapes = ["../x", "a/b", "/etc/passwd", ".", "..", "", "a\0b", "x.so", "a\nb"]
     expect(child.evaluate("#{escapes.inspect}.map { |name| refused?(name) }")).to all(be(true))
-    expect(Dir.children(dir)).to match_array(paths.map { |path| File.basename(path) } + ["#{child.pid}.state"])
+    expect(Dir.children(dir))
+      .to match_array(paths.map { |path| File.basename(path) } + [StubNames.state_file(child.pid)])
     expect(File.stat(dir).mode & 0o7777).to eq(0o700)
     expect(warnings(child)).to be_empty
     expect_no_writable_executable_mapping(child)
@@ -374,13 +375,13 @@ RSpec.describe "Hostile stub directories" do
     File.write(victim, "not to be touched\n")
     before = File.stat(victim)
     child = start_child
-    pid = child.pid
+    key = StubNames.process_key(child.pid)
     expect_state_in(child, default_dir)
     dir = default_host_dir
-    4.times { |generation| File.symlink(victim, File.join(dir, "planted-#{pid}-#{generation}.so")) }
-    File.symlink(victim, File.join(dir, ".#{pid}.state.new"))
-    File.unlink(File.join(dir, "#{pid}.state"))
-    File.symlink(victim, File.join(dir, "#{pid}.state"))
+    4.times { |generation| File.symlink(victim, File.join(dir, "planted-#{key}-#{generation}.so")) }
+    File.symlink(victim, File.join(dir, ".#{key}.state.new"))
+    File.unlink(File.join(dir, "#{key}.state"))
+    File.symlink(victim, File.join(dir, "#{key}.state"))
 
     path = child.evaluate("load_probe(:planted)")
     child.evaluate("StaticTracing::State.publish")
@@ -390,7 +391,7 @@ RSpec.describe "Hostile stub directories" do
     expect([File.stat(victim).size, File.stat(victim).mtime]).to eq([before.size, before.mtime])
     links = Dir.children(dir).select { |name| File.symlink?(File.join(dir, name)) }
     expect(links.size).to eq(3)
-    expect(links).to all(match(/\Aplanted-#{pid}-[0-3]\.so\z/))
+    expect(links).to all(match(/\Aplanted-#{key}-[0-3]\.so\z/))
     expect(links).not_to include(File.basename(path))
     expect(warnings(child)).to be_empty
     expect_no_writable_executable_mapping(child)

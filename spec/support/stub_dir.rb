@@ -14,6 +14,6 @@ RSpec.shared_context "with a private stub directory" do
 
   # The stub files process +pid+ has in @stub_dir.
   def stub_files(pid)
-    Dir.children(@stub_dir).grep(/-#{pid}-\d+\.so\z/)
+    Dir.children(@stub_dir).grep(/-#{StubNames.process_key(pid)}-\d+\.so\z/)
   end
 end

@@ -19,7 +19,7 @@ use crate::arch::Arch;
 use crate::elf::{self, BuildError, ImageSpec, Layout};
 use crate::probe::ProbeSpec;
 use crate::site::ProbeSite;
-use crate::stub_dir::{Candidate, StubDir, StubFileName};
+use crate::stub_dir::{Candidate, ProcessKey, StubDir, StubFileName};
 use crate::sys::{self, Library};
 use std::fmt;
 use std::fs::File;
@@ -405,12 +405,12 @@ fn discard(backing: &Backing) {
     }
 }
 
-/// Writes `contents` as this process's state file, `<pid>.state`, in the
+/// Writes `contents` as this process's state file, `<pid>-<pidns>.state`, in the
 /// first usable stub directory: where the `static-tracing` command looks for
 /// a process's mode and signal. Returns its path, or why no directory would do.
 pub fn publish_state(contents: &[u8], candidates: &[Candidate]) -> Result<PathBuf, Vec<Skipped>> {
     let pid = sys::current_pid();
-    let name = crate::stub_dir::state_file_name(pid);
+    let name = crate::stub_dir::state_file_name(ProcessKey::current());
     let mut skipped = Vec::new();
     for candidate in candidates {
         let published = StubDir::open(&candidate.path).and_then(|dir| {
@@ -518,15 +518,15 @@ fn place_in_dir(dir: &StubDir, provider: &str, image: &elf::Image) -> Result<Loa
     let pid = sys::current_pid();
     let name = StubFileName {
         provider: provider.to_owned(),
-        pid,
+        process: ProcessKey::current(),
         generation: GENERATION.fetch_add(1, Ordering::Relaxed),
     }
     .to_string();
     let path = dir.path().join(&name);
     let file = match dir.create(&name) {
         Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
-            // Our pid and generation, but not our file: left by an earlier
-            // process that had the same pid. It is stale.
+            // Our key and generation, but not our file: left by an earlier
+            // process that had the same pid in the same namespace. It is stale.
             dir.remove(&name)
                 .map_err(|err| format!("cannot remove stale {name} ({err})"))?;
             dir.create(&name)

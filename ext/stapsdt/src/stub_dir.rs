@@ -174,9 +174,9 @@ impl StubDir {
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
             let stale = if let Some(stub) = StubFileName::parse(name) {
-                !sys::process_exists(stub.pid) && !self.mapped_by_a_process(name)
-            } else if let Some(pid) = state_file_pid(name) {
-                !sys::process_exists(pid)
+                !sys::process_exists(stub.process.pid) && !self.mapped_by_a_process(name)
+            } else if let Some(key) = state_file_key(name) {
+                !sys::process_exists(key.pid)
             } else {
                 false
             };
@@ -188,26 +188,70 @@ impl StubDir {
     }
 }
 
-/// `<pid>.state`: what a process publishes about itself (see
-/// `crate::image::publish_state`), read by the `static-tracing` command.
-pub fn state_file_name(pid: libc::pid_t) -> String {
-    format!("{pid}.state")
+/// `<pid>-<pidns>`: how stub and state file names say which process made
+/// them. The pid alone is not enough: processes of different pid namespaces
+/// (containers sharing a volume, each app being pid 1) share a directory. So
+/// the key is the pid as the process sees it (`getpid`) and the inode number
+/// of its pid namespace (the `N` of `/proc/self/ns/pid -> pid:[N]`), both
+/// in decimal; the namespace is `0` where it cannot be read (no /proc).
+/// This is the one place these names are made and read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ProcessKey {
+    pub pid: libc::pid_t,
+    pub pid_namespace: u64,
 }
 
-fn state_file_pid(name: &str) -> Option<libc::pid_t> {
-    let pid = name.strip_suffix(".state")?;
-    if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+impl ProcessKey {
+    /// This process's key. Computed each time: a forked child has a pid of
+    /// its own, and may be in another pid namespace than its parent.
+    pub fn current() -> ProcessKey {
+        ProcessKey {
+            pid: sys::current_pid(),
+            pid_namespace: std::fs::metadata("/proc/self/ns/pid").map_or(0, |meta| meta.ino()),
+        }
+    }
+
+    pub fn parse(key: &str) -> Option<ProcessKey> {
+        let (pid, pid_namespace) = key.split_once('-')?;
+        Some(ProcessKey {
+            pid: parse_decimal(pid)?,
+            pid_namespace: parse_decimal(pid_namespace)?,
+        })
+    }
+}
+
+impl std::fmt::Display for ProcessKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.pid, self.pid_namespace)
+    }
+}
+
+/// Plain decimal digits only: no sign, no space, no empty string.
+fn parse_decimal<T: std::str::FromStr>(digits: &str) -> Option<T> {
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    pid.parse().ok()
+    digits.parse().ok()
 }
 
-/// `<provider>-<pid>-<generation>.so`: the creating process is part of the
-/// name so that stale files can be recognized and removed.
+/// `<pid>-<pidns>.state` (see [`ProcessKey`]): what a process publishes
+/// about itself (see `crate::image::publish_state`), read by the
+/// `static-tracing` command.
+pub fn state_file_name(key: ProcessKey) -> String {
+    format!("{key}.state")
+}
+
+fn state_file_key(name: &str) -> Option<ProcessKey> {
+    ProcessKey::parse(name.strip_suffix(".state")?)
+}
+
+/// `<provider>-<pid>-<pidns>-<generation>.so`: the creating process (see
+/// [`ProcessKey`]) is part of the name so that no two processes pick the
+/// same name, and stale files can be recognized and removed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StubFileName {
     pub provider: String,
-    pub pid: libc::pid_t,
+    pub process: ProcessKey,
     pub generation: u64,
 }
 
@@ -215,21 +259,28 @@ impl StubFileName {
     pub fn parse(name: &str) -> Option<StubFileName> {
         let stem = name.strip_suffix(".so")?;
         let (rest, generation) = stem.rsplit_once('-')?;
+        let (rest, pid_namespace) = rest.rsplit_once('-')?;
         let (provider, pid) = rest.rsplit_once('-')?;
-        let all_digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-        if !names::is_valid(provider) || !all_digits(pid) || !all_digits(generation) {
+        if !names::is_valid(provider) {
             return None;
         }
         Some(StubFileName {
             provider: provider.to_owned(),
-            pid: pid.parse().ok()?,
-            generation: generation.parse().ok()?,
+            process: ProcessKey {
+                pid: parse_decimal(pid)?,
+                pid_namespace: parse_decimal(pid_namespace)?,
+            },
+            generation: parse_decimal(generation)?,
         })
     }
 }
 
 impl std::fmt::Display for StubFileName {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}-{}-{}.so", self.provider, self.pid, self.generation)
+        write!(
+            f,
+            "{}-{}-{}.so",
+            self.provider, self.process, self.generation
+        )
     }
 }

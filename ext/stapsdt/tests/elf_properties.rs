@@ -455,7 +455,7 @@ proptest! {
 mod stub_files {
     use super::*;
     use stapsdt::image::{LoadError, LoadedImage};
-    use stapsdt::stub_dir::{Candidate, StubFileName};
+    use stapsdt::stub_dir::{Candidate, ProcessKey, StubFileName};
     use std::path::{Component, Path};
 
     proptest! {
@@ -468,6 +468,7 @@ mod stub_files {
         fn only_valid_providers_name_files_and_those_stay_in_the_directory(
             provider in any_name(),
             pid in 0..=i32::MAX,
+            pid_namespace in any::<u64>(),
             generation in any::<u64>(),
         ) {
             let valid = names::is_valid(&provider);
@@ -478,7 +479,8 @@ mod stub_files {
                 page_size: 4096,
             };
             prop_assert_eq!(build(&spec).is_ok(), valid);
-            let made = StubFileName { provider: provider.clone(), pid, generation };
+            let process = ProcessKey { pid, pid_namespace };
+            let made = StubFileName { provider: provider.clone(), process, generation };
             let file = made.to_string();
             let parsed = StubFileName::parse(&file);
             if valid {
@@ -497,8 +499,8 @@ mod stub_files {
         #[test]
         fn whatever_parses_as_a_stub_file_name_is_one(name in prop_oneof![
             any_name(),
-            (any_name(), regex("[0-9]{1,12}"), regex("[0-9]{1,22}"))
-                .prop_map(|(provider, pid, serial)| format!("{provider}-{pid}-{serial}.so")),
+            (any_name(), regex("[0-9]{1,12}"), regex("[0-9]{1,22}"), regex("[0-9]{1,22}"))
+                .prop_map(|(provider, pid, pidns, serial)| format!("{provider}-{pid}-{pidns}-{serial}.so")),
         ]) {
             if let Some(parsed) = StubFileName::parse(&name) {
                 prop_assert!(names::is_valid(&parsed.provider));

@@ -5,7 +5,7 @@
 use stapsdt::elf::ImageSpec;
 use stapsdt::image::{host_spec, LoadedImage, Reloaded};
 use stapsdt::site::ProbeSite;
-use stapsdt::stub_dir::{candidates_from, Candidate, StubDir, StubFileName};
+use stapsdt::stub_dir::{candidates_from, Candidate, ProcessKey, StubDir, StubFileName};
 use stapsdt::{Arch, ArgType, ProbeSpec};
 use std::fs;
 use std::io::{Seek, SeekFrom, Write};
@@ -98,8 +98,8 @@ fn loads_a_real_file_into_a_private_directory_and_fires() {
     assert_eq!(path.parent().unwrap(), dir.0);
     let name = StubFileName::parse(path.file_name().unwrap().to_str().unwrap()).unwrap();
     assert_eq!(
-        (name.provider.as_str(), name.pid),
-        ("my_app", std::process::id() as i32)
+        (name.provider.as_str(), name.process),
+        ("my_app", ProcessKey::current())
     );
     let dir_meta = fs::metadata(&dir.0).unwrap();
     assert_eq!(dir_meta.mode() & 0o777, 0o700, "created private");
@@ -293,8 +293,9 @@ fn stale_files_of_dead_processes_are_swept() {
         .find(|pid| !Path::new(&format!("/proc/{pid}")).exists())
         .unwrap();
     let alive = std::os::unix::process::parent_id();
-    let stale = format!("old-{dead}-3.so");
-    let live = format!("old-{alive}-3.so");
+    let namespace = ProcessKey::current().pid_namespace;
+    let stale = format!("old-{dead}-{namespace}-3.so");
+    let live = format!("old-{alive}-{namespace}-3.so");
     let unrelated = "notes.txt";
     for name in [&stale, &live, &unrelated.to_owned()] {
         fs::write(dir.0.join(name), b"").unwrap();
@@ -345,21 +346,50 @@ fn candidates_come_from_the_environment_in_order() {
 fn stub_file_names_round_trip_and_reject_others() {
     let name = StubFileName {
         provider: "my_app".into(),
-        pid: 42,
+        process: ProcessKey {
+            pid: 42,
+            pid_namespace: 4026531836,
+        },
         generation: 7,
     };
-    assert_eq!(name.to_string(), "my_app-42-7.so");
-    assert_eq!(StubFileName::parse("my_app-42-7.so"), Some(name));
+    assert_eq!(name.to_string(), "my_app-42-4026531836-7.so");
+    assert_eq!(StubFileName::parse("my_app-42-4026531836-7.so"), Some(name));
     for other in [
+        "my_app-42-7.so",
         "my_app-42.so",
-        "-42-7.so",
-        "a-b-7.so",
-        "a-42-7.so.bak",
-        "../x-1-2.so",
-        "a-42-x.so",
+        "-42-1-7.so",
+        "a-b-1-7.so",
+        "a-42-b-7.so",
+        "a-42-1-7.so.bak",
+        "../x-1-2-3.so",
+        "a-42-1-x.so",
+        "a-+42-1-7.so",
     ] {
         assert_eq!(StubFileName::parse(other), None, "{other}");
     }
+}
+
+#[test]
+fn a_process_is_named_by_its_pid_and_pid_namespace() {
+    let key = ProcessKey::current();
+    let namespace = fs::read_link("/proc/self/ns/pid").unwrap();
+    assert_eq!(
+        namespace.to_str().unwrap(),
+        format!("pid:[{}]", key.pid_namespace)
+    );
+    assert_eq!(key.pid, std::process::id() as i32);
+    assert_eq!(
+        key.to_string(),
+        format!("{}-{}", key.pid, key.pid_namespace)
+    );
+    assert_eq!(ProcessKey::parse(&key.to_string()), Some(key));
+    for other in ["42", "42-", "-42", "42-x", "42-1-2", " 42-1"] {
+        assert_eq!(ProcessKey::parse(other), None, "{other}");
+    }
+    assert_eq!(
+        stapsdt::stub_dir::state_file_name(key),
+        format!("{key}.state")
+    );
 }
 
 #[test]
@@ -371,12 +401,18 @@ fn the_state_file_is_replaced_whole_moved_when_its_directory_goes_and_swept_when
         .map(|n| 4_000_000 - n)
         .find(|pid| !Path::new(&format!("/proc/{pid}")).exists())
         .unwrap();
-    let stale = second.0.join(format!("{dead}.state"));
+    let stale = second.0.join(format!(
+        "{dead}-{}.state",
+        ProcessKey::current().pid_namespace
+    ));
     fs::write(&stale, b"{}").unwrap();
     fs::write(second.0.join("12abc.state"), b"{}").unwrap();
     let candidates = [first.candidate(), second.candidate()];
     let path = publish_state(b"one", &candidates).unwrap();
-    assert_eq!(path, first.0.join(format!("{}.state", std::process::id())));
+    assert_eq!(
+        path,
+        first.0.join(format!("{}.state", ProcessKey::current()))
+    );
     assert_eq!(fs::read(&path).unwrap(), b"one");
     assert_eq!(publish_state(b"two", &candidates).unwrap(), path);
     assert_eq!(fs::read(&path).unwrap(), b"two");
