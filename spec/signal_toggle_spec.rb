@@ -544,7 +544,7 @@ RSpec.describe StaticTracing::SignalToggle, :subprocess do
       output = require_with("STATIC_TRACING_MODE" => "bogus")
       warning, loaded, *rest = output.lines
       expect(warning).to include('STATIC_TRACING_MODE "bogus"', ":on, :off and :signal", "default")
-      expect([loaded, rest]).to eq(["loaded: signal TRAP\n", []])
+      expect([loaded, rest]).to eq(["loaded: signal TRAP", []])
     end
 
     it "boots with a reserved, system-sent or unknown STATIC_TRACING_SIGNAL, warning once and taking SIGTRAP" do
@@ -552,7 +552,7 @@ RSpec.describe StaticTracing::SignalToggle, :subprocess do
         output = require_with("STATIC_TRACING_SIGNAL" => value, "STATIC_TRACING_MODE" => "signal")
         warning, loaded, *rest = output.lines
         expect(warning).to include(%(STATIC_TRACING_SIGNAL "#{value}"), valid_signals, "default")
-        expect([loaded, rest]).to eq(["loaded: signal TRAP\n", []]), "STATIC_TRACING_SIGNAL=#{value}: #{output}"
+        expect([loaded, rest]).to eq(["loaded: signal TRAP", []]), "STATIC_TRACING_SIGNAL=#{value}: #{output}"
       end
     end
 

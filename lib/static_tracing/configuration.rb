@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require_relative "toggle_signals"
+
 module StaticTracing
   # When tracing turns on and off by itself.
   #
@@ -19,19 +21,16 @@ module StaticTracing
       SIGNAL = :signal
       ALL = [ON, OFF, SIGNAL].freeze
 
-      # The signals that may toggle tracing, as SIGNALS::SIGTRAP => "TRAP".
+      # The signals that may toggle tracing, as SIGNALS::SIGTRAP => "TRAP"
+      # (see ToggleSignals for why only these).
       module SIGNALS
         # Uncatchable, or used by Ruby itself.
-        RESERVED = %w[KILL STOP SEGV BUS ILL FPE VTALRM].freeze
+        RESERVED = ToggleSignals::RESERVED
 
-        Signal.list.each_key do |name|
-          const_set(:"SIG#{name}", name.dup.freeze) unless name == "EXIT" || RESERVED.include?(name)
-        end
+        ToggleSignals.names.each { |name| const_set(:"SIG#{name}", name) }
 
-        # By number, aliases (ABRT and IOT) by name: sort_by is not stable.
         def self.names
-          names = constants.grep(/\ASIG/).map { |constant| const_get(constant) }.uniq
-          names.sort_by { |name| [Signal.list[name], name] }
+          ToggleSignals.names
         end
       end
     end
@@ -65,10 +64,14 @@ module StaticTracing
       end
 
       # Sets mode and signal from STATIC_TRACING_MODE and STATIC_TRACING_SIGNAL,
-      # defaulting to SIGNAL and TRAP.
+      # defaulting to SIGNAL and TRAP. A value that cannot be parsed is
+      # warned about and the default applies: a typo in the environment must
+      # not stop the application from booting.
       def configure_from_environment(env = ENV)
-        mode = from_environment(env, "STATIC_TRACING_MODE", DEFAULT_MODE) { |value, name| parse_mode(value, name) }
-        signal = from_environment(env, "STATIC_TRACING_SIGNAL", DEFAULT_SIGNAL) do |value, name|
+        mode = from_environment(env, "STATIC_TRACING_MODE", DEFAULT_MODE, DEFAULT_MODE) do |value, name|
+          parse_mode(value, name)
+        end
+        signal = from_environment(env, "STATIC_TRACING_SIGNAL", DEFAULT_SIGNAL, "SIG#{DEFAULT_SIGNAL}") do |value, name|
           parse_signal(value, name)
         end
         apply(mode, signal)
@@ -84,37 +87,42 @@ module StaticTracing
 
       def parse_signal(value, setting)
         name = signal_name(value)
-        if name && Modes::SIGNALS::RESERVED.include?(name)
+        refusal = name && ToggleSignals.refusal(name)
+        if refusal
           raise ArgumentError, "invalid #{setting} #{value.inspect}: SIG#{name} cannot toggle tracing " \
-                               "(#{Modes::SIGNALS::RESERVED.map { |n| "SIG#{n}" }.join(", ")} are uncatchable " \
-                               "or used by Ruby); valid signals are #{valid_signals}"
+                               "(#{refusal}); valid signals are #{ToggleSignals.listed}"
         end
-        return name if name && Modes::SIGNALS.names.include?(name)
+        return name if name
 
-        raise ArgumentError, "invalid #{setting} #{value.inspect}: valid signals are #{valid_signals}, " \
+        raise ArgumentError, "invalid #{setting} #{value.inspect}: valid signals are #{ToggleSignals.listed}, " \
                              "given as \"TRAP\", \"SIGTRAP\", :TRAP or a number"
       end
 
       private
 
-      # The parsed value of the variable +name+, or +default+ when it is unset or empty.
-      def from_environment(env, name, default)
+      # The parsed value of the variable +name+, or +default+ (+shown+ so in
+      # the warning) when it is unset, empty or cannot be parsed.
+      def from_environment(env, name, default, shown)
         value = env[name].to_s
-        value.empty? ? default : yield(value, name)
+        return default if value.empty?
+
+        yield(value, name)
+      rescue ArgumentError => e
+        warn("static_tracing: #{e.message}; using the default, #{shown}", uplevel: nil)
+        default
       end
 
       def signal_name(value)
         case value
-        when Integer then Signal.signame(value) if Signal.list.value?(value)
+        when Integer then Signal.signame(value) if value.positive? && Signal.list.value?(value)
         when /\A\s*\d+\s*\z/ then signal_name(Integer(value.to_s, 10))
-        when String, Symbol
-          name = value.to_s.strip.upcase.delete_prefix("SIG")
-          Signal.signame(Signal.list[name]) if Signal.list.key?(name) && name != "EXIT"
+        when String, Symbol then signal_name_of(value.to_s.strip.upcase.delete_prefix("SIG"))
         end
       end
 
-      def valid_signals
-        Modes::SIGNALS.names.map { |name| "SIG#{name}" }.join(", ")
+      # The canonical name of the signal called +name+ (CLD: CHLD), or nil.
+      def signal_name_of(name)
+        Signal.signame(Signal.list[name]) if Signal.list.key?(name) && name != "EXIT"
       end
 
       # Sets mode and signal together (both already parsed). On failure (the

@@ -100,7 +100,7 @@ module BadInput
     ["a 1 MB String", [1, "x" * (1 << 20), 1.0]]
   ].freeze
 
-  SIGNAL_LIST = /valid signals are SIGHUP, .*SIGTRAP, .*SIGUSR2/
+  SIGNAL_LIST = /valid signals are SIGTRAP, SIGUSR1, SIGUSR2/
 
   # [value, what the message says about it]
   MODES = [
@@ -114,6 +114,10 @@ module BadInput
   ].freeze
 
   RESERVED = ["KILL", :SIGKILL, 9, "STOP", "sigstop", 19, "SEGV", 11, "BUS", "ILL", "FPE", "VTALRM", :SIGVTALRM].freeze
+
+  # Signals the kernel, a terminal or a service manager sends by itself.
+  SENT_BY_SYSTEM = ["CHLD", "CLD", :SIGPIPE, 13, "TERM", "int", "HUP", "CONT", "TSTP", "WINCH", "ALRM", "IOT",
+                    "POLL", :XCPU, "PWR"].freeze
 
   MISSPELLED_SIGNALS = ["TRAPP", "SIGTRAPP", :USR3, "", "SIG", nil, 0, -1, 999, 2**70, 5.0, "EXIT", :EXIT, "TR\0AP",
                         "USR 2", {}].freeze
@@ -423,16 +427,33 @@ RSpec.describe "Bad input to the public API" do
       end
     end
 
-    it "refuses a bad STATIC_TRACING_MODE, naming the variable" do
-      expect_refused(ArgumentError, /invalid STATIC_TRACING_MODE "bogus": valid modes are/) do
-        StaticTracing::Configuration.configure_from_environment("STATIC_TRACING_MODE" => "bogus")
-      end
+    # A typo in the environment must not stop the application from booting.
+    def expect_default_applied(variable, value)
+      before = snapshot
+      expect { StaticTracing::Configuration.configure_from_environment(variable => value) }
+        .to output(/\A[^\n]*#{variable} #{Regexp.escape(value.inspect)}: [^\n]*valid [^\n]*default[^\n]*\n\z/)
+        .to_stderr
+      expect(snapshot).to eq(before.merge(mode: :signal, signal: "TRAP", armed_signal: Signal.list["TRAP"]))
+    end
+
+    it "warns about a bad STATIC_TRACING_MODE, naming the variable, and applies the default" do
+      expect_default_applied("STATIC_TRACING_MODE", "bogus")
     end
 
     BadInput::RESERVED.each do |value|
       it "refuses signal = #{value.inspect}, reserved, saying why" do
         name = value.is_a?(Integer) ? Signal.signame(value) : value.to_s.upcase.delete_prefix("SIG")
         message = /\Ainvalid signal #{Regexp.escape(value.inspect)}: SIG#{name} cannot toggle tracing .*valid signals/
+        expect_refused(ArgumentError, message) { StaticTracing::Configuration.signal = value }
+        expect_refused(ArgumentError, message) { StaticTracing.configure { |config| config.signal = value } }
+      end
+    end
+
+    BadInput::SENT_BY_SYSTEM.each do |value|
+      it "refuses signal = #{value.inspect}, which the system sends by itself, saying why" do
+        name = Signal.signame(value.is_a?(Integer) ? value : Signal.list[value.to_s.upcase.delete_prefix("SIG")])
+        message = /\Ainvalid signal #{Regexp.escape(value.inspect)}: SIG#{name} cannot toggle tracing \(.+\); /
+        message = /#{message}#{BadInput::SIGNAL_LIST}\z/
         expect_refused(ArgumentError, message) { StaticTracing::Configuration.signal = value }
         expect_refused(ArgumentError, message) { StaticTracing.configure { |config| config.signal = value } }
       end
@@ -445,9 +466,9 @@ RSpec.describe "Bad input to the public API" do
       end
     end
 
-    it "refuses a bad STATIC_TRACING_SIGNAL, naming the variable" do
-      expect_refused(ArgumentError, /invalid STATIC_TRACING_SIGNAL "KILL": SIGKILL cannot toggle tracing/) do
-        StaticTracing::Configuration.configure_from_environment("STATIC_TRACING_SIGNAL" => "KILL")
+    %w[KILL CHLD 99 nonsense].each do |value|
+      it "warns about STATIC_TRACING_SIGNAL=#{value}, naming the variable, and applies the default" do
+        expect_default_applied("STATIC_TRACING_SIGNAL", value)
       end
     end
   end
