@@ -20,6 +20,10 @@ module StaticTracing
               TEXT
 
       DEFAULT_SECONDS = 10
+      # bpftrace's interval probe counts whole milliseconds, from 1.
+      MIN_SECONDS = 0.001
+      MAX_SECONDS = 24 * 60 * 60
+      DECIMAL = /\A[+-]?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?\z/i
       # bpftrace compiles its program and attaches every probe before it starts
       # counting; with many probes that alone can take a while.
       STARTUP_TIMEOUT = 60
@@ -32,13 +36,20 @@ module StaticTracing
         @seconds = DEFAULT_SECONDS
         @providers = []
         parser.on("--provider P", "Only the probes of provider P (repeat for more)") { |name| @providers << name }
-        parser.on("--seconds N", Float, "How long to trace (default #{DEFAULT_SECONDS})") { |value| @seconds = value }
+        parser.on("--seconds N", "How long to trace, from #{MIN_SECONDS} to #{MAX_SECONDS} " \
+                                 "(default #{DEFAULT_SECONDS})") { |value| @seconds = seconds(value) }
+      end
+
+      def seconds(text)
+        value = Float(text) if DECIMAL.match?(text)
+        return value if value&.between?(MIN_SECONDS, MAX_SECONDS)
+
+        raise UsageError, "--seconds must be a number of seconds from #{MIN_SECONDS} to #{MAX_SECONDS} " \
+                          "(24 hours), got #{text.inspect}"
       end
 
       def execute(args)
         pid = pid_argument(args)
-        raise UsageError, "--seconds must be more than 0, got #{format_number(@seconds)}" unless @seconds.positive?
-
         bpftrace = find_bpftrace
         probes = latency_probes(loaded_target(pid))
         run = BpftraceRun.new(bpftrace, pid, program(probes), timeout: STARTUP_TIMEOUT + @seconds)
