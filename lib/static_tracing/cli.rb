@@ -25,15 +25,6 @@ module StaticTracing
 
     @commands = {}
 
-    # The /proc directory of process +pid+ (under +proc_dir+), or an Error
-    # saying there is no such process.
-    def self.process_dir(pid, proc_dir)
-      dir = File.join(proc_dir, pid.to_s)
-      raise Error, "no process with PID #{pid}: check the PID (ps -p #{pid})" unless File.directory?(dir)
-
-      dir
-    end
-
     class << self
       # Command name => Command subclass, in the order they were defined.
       attr_reader :commands

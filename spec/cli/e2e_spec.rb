@@ -74,8 +74,9 @@ RSpec.describe "static-tracing against a live process", :e2e do
       app, web_path, db_path = start_app
       document = list_json(app.pid)
       expect(document["pid"]).to eq(app.pid)
+      state_file = end_with("/#{StubNames.state_file(app.pid)}")
       expect(document["tracing"]).to include("mode" => "signal", "signal" => "TRAP", "signal_number" => 5,
-                                             "enabled" => false, "state_file" => end_with("/#{app.pid}.state"))
+                                             "enabled" => false, "state_file" => state_file)
       expect(document["providers"].map { |provider| provider.values_at("name", "path", "memfd", "deleted") })
         .to eq([["cli_db", db_path, false, false], ["cli_web", web_path, false, false]])
       expect(document["providers"].map { |provider| provider["load_address"] }).to all(match(/\A0x\h+\z/))

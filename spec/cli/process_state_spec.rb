@@ -5,12 +5,15 @@ require "json"
 require "tmpdir"
 require "static_tracing/cli"
 
-# Finding and trusting a process's `<pid>.state` file, against a fake /proc
-# tree where the process's environment, uid and start time are made up.
+# Finding and trusting a process's `<pid>-<pidns>.state` file, against a
+# fake /proc tree where the process's environment, pids and start time are
+# made up; its uid is this process's, which owns the files written here.
 RSpec.describe StaticTracing::CLI::ProcessState do
   let(:pid) { 4_194_301 }
+  # The pid the process sees itself as (NSpid): another in a container.
+  let(:own_pid) { pid }
   let(:start_time) { 987_654 }
-  let(:uid) { 4242 }
+  let(:uid) { Process.euid }
   let(:root) { Dir.mktmpdir("process_state") }
   let(:proc_dir) { File.join(root, "proc") }
   let(:cwd) { File.join(root, "cwd") }
@@ -18,17 +21,29 @@ RSpec.describe StaticTracing::CLI::ProcessState do
   after { FileUtils.rm_rf(root) }
 
   # /proc/PID as far as ProcessState reads it. The command name has a
-  # space and a parenthesis, as a process can choose.
+  # space and a parenthesis, as a process can choose. Its root is this
+  # process's; its pid namespace is a file whose inode number stands for it.
   def fake_process(env: {}, start: start_time, caught: [5])
     dir = File.join(proc_dir, pid.to_s)
-    FileUtils.mkdir_p([dir, cwd])
+    FileUtils.mkdir_p([dir, cwd, File.join(dir, "ns")])
     File.write(File.join(dir, "environ"), env.map { |name, value| "#{name}=#{value}\0" }.join)
     write_stat(dir, start)
+    write_status(dir, caught)
+    File.write(File.join(dir, "ns", "pid"), "")
+    File.symlink(cwd, File.join(dir, "cwd"))
+    File.symlink("/", File.join(dir, "root"))
+    described_class.new(pid, proc_dir:)
+  end
+
+  def state_file_name
+    "#{own_pid}-#{File.stat(File.join(proc_dir, pid.to_s, "ns", "pid")).ino}.state"
+  end
+
+  def write_status(dir, caught)
     mask = caught.sum { |signal| 1 << (signal - 1) }
     File.write(File.join(dir, "status"), "Name:\truby\nUid:\t1000\t#{uid}\t#{uid}\t#{uid}\n" \
+                                         "NSpid:\t#{pid}\t#{own_pid}\n" \
                                          "SigIgn:\t0000000000000000\nSigCgt:\t#{format("%016x", mask)}\n")
-    File.symlink(cwd, File.join(dir, "cwd"))
-    described_class.new(pid, proc_dir:)
   end
 
   def write_stat(dir, start)
@@ -37,14 +52,16 @@ RSpec.describe StaticTracing::CLI::ProcessState do
   end
 
   def state(**overrides)
-    { "format" => 1, "pid" => pid, "start_time" => start_time, "mode" => "signal", "signal" => "TRAP",
+    { "format" => 1, "pid" => own_pid, "start_time" => start_time, "mode" => "signal", "signal" => "TRAP",
       "signal_number" => 5, "enabled" => false, "version" => "0.1.0", "ruby" => "3.1.2" }.merge(overrides)
   end
 
+  # Writes the state file as the gem does: in a private directory, privately.
   def publish(dir, contents)
-    FileUtils.mkdir_p(dir)
-    path = File.join(dir, "#{pid}.state")
-    File.write(path, contents.is_a?(Hash) ? JSON.generate(contents) : contents)
+    FileUtils.mkdir_p(dir, mode: 0o700)
+    File.chmod(0o700, dir)
+    path = File.join(dir, state_file_name)
+    File.write(path, contents.is_a?(Hash) ? JSON.generate(contents) : contents, perm: 0o600)
     path
   end
 
@@ -53,7 +70,7 @@ RSpec.describe StaticTracing::CLI::ProcessState do
       process = fake_process(env: { "STATIC_TRACING_DIR" => "/srv/stubs", "XDG_RUNTIME_DIR" => "/run/user/4242" })
       expect(process.candidates.map(&:to_a)).to eq(
         [["/srv/stubs", "$STATIC_TRACING_DIR"], ["/run/user/4242/static_tracing", "$XDG_RUNTIME_DIR"],
-         ["/tmp/static_tracing-4242", "default"]]
+         ["/tmp/static_tracing-#{uid}", "default"]]
       )
     end
 
@@ -65,6 +82,16 @@ RSpec.describe StaticTracing::CLI::ProcessState do
     it "skips empty settings and a relative XDG_RUNTIME_DIR, as the process does" do
       process = fake_process(env: { "STATIC_TRACING_DIR" => "", "XDG_RUNTIME_DIR" => "run/user" })
       expect(process.candidates.map(&:origin)).to eq(["default"])
+    end
+
+    it "skips a directory whose path holds a control character, as the process does" do
+      process = fake_process(env: { "STATIC_TRACING_DIR" => "/srv/a\nb", "XDG_RUNTIME_DIR" => "/run/\x7f" })
+      expect(process.candidates.map(&:origin)).to eq(["default"])
+    end
+
+    it "names the default directory by the uid as the process sees it, through its uid_map" do
+      File.write(File.join(proc_dir, pid.to_s, "uid_map").tap { fake_process }, "0 #{uid} 1\n")
+      expect(described_class.new(pid, proc_dir:).candidates.last.dir).to eq("/tmp/static_tracing-0")
     end
 
     it "takes the effective uid" do
@@ -107,7 +134,7 @@ RSpec.describe StaticTracing::CLI::ProcessState do
       process = fake_process(env:)
       stale = publish(File.join(root, "dir"), state("start_time" => start_time - 1000, "mode" => "on"))
       expect(process.read).to be_nil
-      expect(process.rejected.map(&:to_a)).to eq(
+      expect(process.rejected.map { |file| [file.path, file.reason] }).to eq(
         [[stale, "it was written by an earlier process with the same pid (started at tick #{start_time - 1000}; " \
                  "process #{pid} started at tick #{start_time})"]]
       )
@@ -121,7 +148,7 @@ RSpec.describe StaticTracing::CLI::ProcessState do
       {
         "{not json" => /\Ait is not valid JSON/,
         "[1, 2]" => "it is not a JSON object",
-        JSON.generate(state("pid" => pid + 1)) => "it names pid #{pid + 1}",
+        JSON.generate(state("pid" => own_pid + 1)) => "it names pid #{own_pid + 1}",
         JSON.generate(state("format" => 2)) => "it has format 2, this static-tracing reads format 1",
         JSON.generate(state("mode" => "sometimes")) => 'its mode "sometimes" is not one of on, off, signal'
       }.each do |contents, reason|
@@ -129,6 +156,46 @@ RSpec.describe StaticTracing::CLI::ProcessState do
         expect(process.read).to be_nil
         expect(process.rejected.map(&:reason)).to contain_exactly(reason)
       end
+    end
+  end
+
+  describe "#read in a container" do
+    let(:own_pid) { 7 }
+
+    it "looks for the file by the pid the process sees itself as and its pid namespace" do
+      process = fake_process(env: { "STATIC_TRACING_DIR" => File.join(root, "dir") })
+      path = publish(File.join(root, "dir"), state)
+      expect(File.basename(path)).to match(/\A7-\d+\.state\z/)
+      expect(process.read).to have_attributes(path:, mode: "signal")
+    end
+  end
+
+  # Only a signal the gem toggles on, by its own number, is ever believed:
+  # whoever could plant the file would otherwise choose what is sent.
+  describe "#read, vetting the signal" do
+    let(:env) { { "STATIC_TRACING_DIR" => File.join(root, "dir") } }
+
+    {
+      { "signal_number" => 15 } => "it names SIGTRAP with signal number 15, but SIGTRAP is #{Signal.list["TRAP"]}",
+      { "signal" => "TERM", "signal_number" => 15 } => /\Ait names SIGTERM, which static_tracing never toggles on/,
+      { "signal" => "CHLD", "signal_number" => 17 } => /\Ait names SIGCHLD, which static_tracing never toggles on/,
+      { "signal" => "BOGUS" } => 'it names signal "BOGUS", which is no signal\'s name',
+      { "signal" => nil, "signal_number" => nil } => "it names no signal although its mode is signal"
+    }.each do |overrides, reason|
+      it "refuses a state file with #{overrides}" do
+        process = fake_process(env:)
+        path = publish(File.join(root, "dir"), state(**overrides))
+        expect(process.read).to be_nil
+        expect(process.rejected.map(&:path)).to eq([path])
+        expect(process.rejected.first.reason).to match(reason)
+        expect(process.rejected.first.to_s).to start_with("refusing #{path}: ")
+      end
+    end
+
+    it "takes a mode without signal that names none" do
+      process = fake_process(env:)
+      publish(File.join(root, "dir"), state("mode" => "on", "signal" => nil, "signal_number" => nil))
+      expect(process.read).to have_attributes(mode: "on", signal: nil)
     end
   end
 
@@ -181,7 +248,7 @@ RSpec.describe StaticTracing::CLI::ProcessState do
     child.wait_for(/^published$/)
     expect(File.read("/proc/#{child.pid}/comm")).to eq("rb) 1 2 3\n")
     process = described_class.new(child.pid)
-    expect(process.read).to have_attributes(path: File.join(stubs, "#{child.pid}.state"))
+    expect(process.read).to have_attributes(path: File.join(stubs, StubNames.state_file(child.pid)))
     expect(process.rejected).to be_empty
   end
 end

@@ -83,7 +83,7 @@ RSpec.describe "static-tracing enable, disable and toggle" do
     listed = run_cli("list", "--json", process.pid)
     document = JSON.parse(listed.stdout)
     expect(document["tracing"]).to include("mode" => "signal", "signal" => "TRAP", "enabled" => true,
-                                           "state_file" => File.join(dir, "#{process.pid}.state"))
+                                           "state_file" => File.join(dir, StubNames.state_file(process.pid)))
     expect(document["providers"].map { |provider| File.dirname(provider["path"]) }).to eq([dir])
     expect(run_cli("list", process.pid).stdout)
       .to start_with("PID #{process.pid}: 1 provider, 1 probe, 0 attached; mode signal (SIGTRAP), tracing enabled\n")
@@ -163,9 +163,10 @@ RSpec.describe "static-tracing enable, disable and toggle" do
       process = child
       File.delete(process.evaluate("StaticTracing::State.path"))
       expect_refusal(run_cli("enable", process.pid),
-                     "process #{process.pid} has published no tracing state (no #{process.pid}.state in ",
+                     "process #{process.pid} has published no tracing state",
+                     "no #{StubNames.state_file(process.pid)} in ",
                      "/tmp/static_tracing-#{Process.euid} (default)", "nothing was sent",
-                     "It has loaded static_tracing, but could not publish its state")
+                     "It has loaded static_tracing, but has not published its state")
       expect_untouched(process, enabled: false)
     end
 
@@ -178,20 +179,22 @@ RSpec.describe "static-tracing enable, disable and toggle" do
       expect(process).to be_alive
     end
 
-    it "ignores a state file left by an earlier process with the same pid" do
+    # The file an earlier process with the same pid left is set aside by
+    # start time (see spec/cli/process_state_spec.rb); here it is also in
+    # a directory the gem would not use, which is passed over as the gem does.
+    it "passes over a state file in a directory the process could not use, and finds the one it published" do
       unusable = File.join(tmp, "shared")
       FileUtils.mkdir_p(unusable, mode: 0o755)
       File.chmod(0o755, unusable)
       xdg = File.join(tmp, "xdg")
       FileUtils.mkdir_p(xdg)
       # The process cannot use its first directory (not private), so it
-      # publishes in the second; an earlier process with its pid left a
-      # state file in the first, which is looked at first.
+      # publishes in the second; a state file in the first is looked at first.
       process = child(env: { "STATIC_TRACING_DIR" => unusable, "XDG_RUNTIME_DIR" => xdg })
       published = process.evaluate("StaticTracing::State.path")
-      expect(published).to eq(File.join(xdg, "static_tracing", "#{process.pid}.state"))
+      expect(published).to eq(File.join(xdg, "static_tracing", StubNames.state_file(process.pid)))
       fresh = JSON.parse(File.read(published))
-      File.write(File.join(unusable, "#{process.pid}.state"),
+      File.write(File.join(unusable, StubNames.state_file(process.pid)),
                  JSON.generate(fresh.merge("start_time" => fresh["start_time"] - 100, "mode" => "on")))
 
       expect_success(run_cli("enable", process.pid), "Tracing enabled in process #{process.pid} (sent SIGTRAP).\n")
@@ -202,7 +205,7 @@ RSpec.describe "static-tracing enable, disable and toggle" do
       pid = dead_pid
       dir = "/tmp/static_tracing-#{Process.euid}"
       FileUtils.mkdir_p(dir, mode: 0o700)
-      stale = File.join(dir, "#{pid}.state")
+      stale = File.join(dir, "#{pid}-#{StubNames.pid_namespace}.state")
       File.write(stale, JSON.generate("format" => 1, "pid" => pid, "start_time" => 1, "mode" => "signal",
                                       "signal" => "TRAP", "signal_number" => 5, "enabled" => false))
       result = run_cli("enable", pid)
@@ -211,6 +214,73 @@ RSpec.describe "static-tracing enable, disable and toggle" do
                                                 "(ps -p #{pid})\n")
     ensure
       FileUtils.rm_f(stale) if stale
+    end
+
+    # Someone who can write where the process's state file is looked for
+    # must not choose what the command sends, nor make it hang or eat memory.
+    describe "a state file the command must not trust" do
+      let(:dir) { File.join(tmp, "private") }
+      let(:process) { child(env: { "STATIC_TRACING_DIR" => dir }) }
+      let(:path) { process.evaluate("StaticTracing::State.path") }
+
+      def expect_refused_state(*fragments)
+        expect(path).to eq(File.join(dir, StubNames.state_file(process.pid)))
+        yield path
+        %w[enable toggle].each do |command|
+          expect_refusal(run_cli(command, process.pid, timeout: 10), "refusing #{path}: ", *fragments,
+                         "nothing was sent")
+        end
+        expect_untouched(process, enabled: false)
+      end
+
+      it "refuses one that names SIGTRAP with SIGTERM's number" do
+        expect_refused_state("SIGTRAP with signal number 15", "SIGTRAP is #{Signal.list["TRAP"]}") do |file|
+          File.write(file, JSON.generate(JSON.parse(File.read(file)).merge("signal_number" => 15)))
+        end
+      end
+
+      it "refuses one that names a signal the system sends by itself" do
+        expect_refused_state("SIGCHLD", "never toggles on") do |file|
+          File.write(file, JSON.generate(JSON.parse(File.read(file)).merge("signal" => "CHLD",
+                                                                           "signal_number" => Signal.list["CHLD"])))
+        end
+      end
+
+      it "refuses a FIFO at once, without waiting for a writer" do
+        expect_refused_state("fifo, not a regular file") do |file|
+          File.delete(file)
+          File.mkfifo(file, 0o600)
+        end
+      end
+
+      it "refuses a symbolic link to /dev/zero" do
+        expect_refused_state("symbolic link") do |file|
+          File.delete(file)
+          File.symlink("/dev/zero", file)
+        end
+      end
+
+      it "refuses a file with a second link" do
+        expect_refused_state("2 links") { |file| File.link(file, File.join(dir, "planted")) }
+      end
+
+      it "refuses a file larger than a state file can be" do
+        expect_refused_state("more than the 65536") do |file|
+          File.write(file, File.read(file).sub("}", "#{" " * 70_000}}"))
+        end
+      end
+
+      it "refuses a file in a directory others can write to" do
+        expect_refused_state("its directory has mode 0770") { File.chmod(0o770, dir) }
+      end
+
+      it "refuses a file owned by another user" do
+        skip "needs root to give a file to another user" unless Process.euid.zero?
+
+        expect_refused_state("owned by uid 65534, not by uid 0 (the uid process #{process.pid} runs as)") do |file|
+          File.chown(65_534, nil, file)
+        end
+      end
     end
 
     it "says what to do when the process belongs to another user" do

@@ -2,22 +2,35 @@
 
 require "json"
 require_relative "../process_start"
+require_relative "../toggle_signals"
+require_relative "process_dir"
+require_relative "private_file"
 
 module StaticTracing
   module CLI
-    # What a live process published about its tracing: the `<pid>.state`
-    # file StaticTracing::State writes next to its stubs (mode, toggle
-    # signal, whether tracing is on).
+    # What a live process published about its tracing: the
+    # `<pid>-<pidns>.state` file StaticTracing::State writes next to its stubs
+    # (mode, toggle signal, whether tracing is on).
     #
     # The file is looked for where that process puts its stubs, so in the
     # directories its own environment names, in the same order: its
     # $STATIC_TRACING_DIR, its $XDG_RUNTIME_DIR/static_tracing, then
-    # /tmp/static_tracing-<its uid>. A file counts only if it is this
-    # process's: pids are reused, so the file's pid and start time must be
-    # the process's own; one left by an earlier process is set aside.
+    # /tmp/static_tracing-<its uid>; all as the process sees them, through its
+    # root, and named by its pid as it sees it and its pid namespace, so
+    # that a process in a container is found by its pid on the host.
+    #
+    # A file is believed only if the gem's own rules say its user wrote it
+    # (PrivateFile), and it counts only if it is this process's: pids are
+    # reused, so the file's pid and start time must be the process's own; one
+    # left by an earlier process is set aside. It must name a signal the gem
+    # toggles on, by its right number: nothing else is ever sent.
     class ProcessState
       FORMAT = 1
       MODES = %w[on off signal].freeze
+      # Far more than the gem writes (a few hundred bytes).
+      MAX_SIZE = 64 * 1024
+      # The gem skips a directory whose path holds one of these.
+      CONTROL_CHARACTER = /[\x00-\x1f\x7f]/
 
       # A published state. +path+ is the file it was read from.
       Published = Struct.new(:path, :mode, :signal, :signal_number, :enabled, :version, :ruby,
@@ -34,14 +47,19 @@ module StaticTracing
       # A directory the process may publish to, and the setting that names it.
       Candidate = Struct.new(:dir, :origin)
 
-      # A state file that was found but does not count, and why.
-      Rejected = Struct.new(:path, :reason)
+      # A state file that was found but does not count, and why; +untrusted+
+      # when someone other than the process's user could have written it.
+      Rejected = Struct.new(:path, :reason, :untrusted) do
+        def to_s
+          "#{untrusted ? "refusing" : "set aside"} #{path}: #{reason}"
+        end
+      end
 
-      attr_reader :pid, :rejected
+      attr_reader :pid, :rejected, :process
 
       def initialize(pid, proc_dir: "/proc")
         @pid = pid
-        @proc = CLI.process_dir(pid, proc_dir)
+        @process = ProcessDir.new(pid, proc_dir:)
         @rejected = []
       end
 
@@ -57,7 +75,8 @@ module StaticTracing
           runtime = env["XDG_RUNTIME_DIR"].to_s
           # The XDG spec says to ignore a relative $XDG_RUNTIME_DIR.
           list << Candidate.new(File.join(runtime, "static_tracing"), "$XDG_RUNTIME_DIR") if runtime.start_with?("/")
-          list << Candidate.new("/tmp/static_tracing-#{uid}", "default")
+          list << Candidate.new("/tmp/static_tracing-#{process.uid_as_seen_inside(uid)}", "default")
+          list.reject { |candidate| candidate.dir.match?(CONTROL_CHARACTER) }
         end
       end
 
@@ -66,49 +85,61 @@ module StaticTracing
       def read
         @rejected = []
         candidates.each do |candidate|
-          path = File.join(candidate.dir, file_name)
-          state = read_file(path)
-          return state if state
+          file_names.each do |name|
+            state = read_file(candidate.dir, name)
+            return state if state
+          end
         end
         nil
       end
 
+      # `<pid>-<pidns>.state`, by the pid the process sees itself as.
       def file_name
-        "#{pid}.state"
+        file_names.first
       end
 
       # When the process started (see StaticTracing::ProcessStart).
       def start_time
-        @start_time ||= ProcessStart.parse(read_proc("stat"))
+        @start_time ||= ProcessStart.parse(process.read("stat"))
       end
 
       # Whether the process has a handler installed for +signal_number+ now
       # (SigCgt in /proc/PID/status).
       def catches?(signal_number)
-        mask = status_field("SigCgt") or return false
+        mask = process.status_field("SigCgt") or return false
         mask.to_i(16)[signal_number - 1] == 1
       end
 
       # Whether the process is still the one this object was made for.
       def alive?
-        return false unless File.directory?(@proc)
+        return false unless File.directory?(process.path)
 
-        ProcessStart.parse(read_proc("stat")) == start_time
+        ProcessStart.parse(process.read("stat")) == start_time
       rescue Error, SystemCallError
         false
       end
 
       def uid
-        @uid ||= Integer(status_field("Uid").split[1], 10)
+        process.uid
       end
 
       private
 
-      def read_file(path)
-        text = guard(path) { File.read(path) }
-        return unless text
+      # A process that could not read its own /proc names itself with pid
+      # namespace 0.
+      def file_names
+        @file_names ||= [process.pid_namespace, 0].map { |namespace| "#{process.own_pid}-#{namespace}.state" }
+      end
 
-        check(path, JSON.parse(text))
+      def read_file(dir, name)
+        path = File.join(dir, name)
+        text = process.guard(path) do
+          PrivateFile.read(process.reach(dir), name, owner: uid, described: "the uid process #{pid} runs as",
+                                                     limit: MAX_SIZE)
+        end
+        text && check(path, JSON.parse(text))
+      rescue PrivateFile::Untrusted => e
+        reject(path, e.message, untrusted: true)
       rescue JSON::ParserError => e
         reject(path, "it is not valid JSON (#{e.message.lines.first.strip})")
       end
@@ -118,7 +149,7 @@ module StaticTracing
         unless data["format"] == FORMAT
           return reject(path, "it has format #{data["format"].inspect}, this static-tracing reads format #{FORMAT}")
         end
-        return reject(path, "it names pid #{data["pid"].inspect}") unless data["pid"] == pid
+        return reject(path, "it names pid #{data["pid"].inspect}") unless data["pid"] == process.own_pid
 
         unless data["start_time"] == start_time
           return reject(path, "it was written by an earlier process with the same pid (started at tick " \
@@ -127,7 +158,35 @@ module StaticTracing
         return reject(path, "its mode #{data["mode"].inspect} is not one of #{MODES.join(", ")}") unless
           MODES.include?(data["mode"])
 
+        wrong_signal = signal_problem(data)
+        return reject(path, wrong_signal, untrusted: true) if wrong_signal
+
         published(path, data)
+      end
+
+      # What is wrong with the signal the file names, or nil. Only mode
+      # signal needs one; whatever is named must be a toggle signal, by its
+      # number here, which is the number that would be sent.
+      def signal_problem(data)
+        signal = data["signal"]
+        return if signal.nil? && data["signal_number"].nil? && data["mode"] != "signal"
+        return "it names no signal although its mode is signal" if signal.nil?
+
+        unknown_signal(signal) || toggle_problem(signal, data["signal_number"])
+      end
+
+      def unknown_signal(signal)
+        return if signal.is_a?(String) && Signal.list.key?(signal) && signal != "EXIT"
+
+        "it names signal #{signal.inspect}, which is no signal's name"
+      end
+
+      def toggle_problem(signal, number)
+        refusal = ToggleSignals.refusal(signal)
+        return "it names SIG#{signal}, which static_tracing never toggles on (#{refusal})" if refusal
+        return if number == Signal.list[signal]
+
+        "it names SIG#{signal} with signal number #{number.inspect}, but SIG#{signal} is #{Signal.list[signal]}"
       end
 
       def published(path, data)
@@ -135,13 +194,13 @@ module StaticTracing
                       enabled: data["enabled"] == true, version: data["version"], ruby: data["ruby"])
       end
 
-      def reject(path, reason)
-        @rejected << Rejected.new(path, reason)
+      def reject(path, reason, untrusted: false)
+        @rejected << Rejected.new(path, reason, untrusted)
         nil
       end
 
       def environment
-        read_proc("environ").split("\0").each_with_object({}) do |entry, env|
+        process.read("environ").split("\0").each_with_object({}) do |entry, env|
           name, value = entry.split("=", 2)
           env[name] = value if value
         end
@@ -152,36 +211,9 @@ module StaticTracing
       def absolute(dir)
         return dir if dir.start_with?("/")
 
-        File.join(File.readlink(File.join(@proc, "cwd")), dir)
+        File.join(File.readlink(process.join("cwd")), dir)
       rescue SystemCallError
         dir
-      end
-
-      def status_field(name)
-        read_proc("status")[/^#{name}:\s*(.*)$/, 1]
-      end
-
-      def read_proc(name)
-        path = File.join(@proc, name)
-        guard(path) { File.read(path) } or raise Error, "process #{pid} exited (#{path} is gone)"
-      end
-
-      # nil for a file that is not there; the errors of reading another
-      # process's files turned into what to do about them.
-      def guard(path)
-        yield
-      rescue Errno::ENOENT, Errno::ESRCH, Errno::ENOTDIR
-        nil
-      rescue Errno::EACCES, Errno::EPERM
-        raise Error, permission_message(path)
-      end
-
-      def permission_message(path)
-        owner = File.stat(@proc).uid
-        "permission denied reading #{path}: process #{pid} runs as uid #{owner}, you as uid #{::Process.euid}; " \
-          "run static-tracing as root or as uid #{owner}"
-      rescue SystemCallError
-        "permission denied reading #{path}: run static-tracing as root"
       end
     end
   end

@@ -68,10 +68,6 @@ module StaticTracing
                        "mode signal (STATIC_TRACING_MODE=signal, the default, or " \
                        "StaticTracing::Configuration.mode = :signal)"
         end
-        return if state.signal_number.is_a?(Integer) && state.signal_number.positive?
-
-        raise Error, "process #{pid} runs static_tracing in mode signal but its state file #{state.path} names no " \
-                     "signal (#{state.signal.inspect}); nothing was sent"
       end
 
       # The state file could be left from a time the process caught the
@@ -87,8 +83,7 @@ module StaticTracing
       rescue Errno::ESRCH
         raise Error, "process #{pid} exited before #{state.signal_name} could be sent"
       rescue Errno::EPERM
-        raise Error, "not permitted to signal process #{pid}: it runs as uid #{process.uid}, you as uid " \
-                     "#{::Process.euid}; run static-tracing as root or as uid #{process.uid}"
+        raise Error, process.process.permission_message("sending #{state.signal_name} to process #{pid}")
       end
 
       def wait_for(process, sent, wanted)
@@ -104,28 +99,35 @@ module StaticTracing
         end
       end
 
+      # The process caught the signal (SigCgt said so before it was sent),
+      # so either static_tracing has not applied it yet, or a handler that
+      # is not static_tracing's took it.
       def timeout_message(process, sent, state, wanted)
+        pid = process.pid
         now = state ? "#{state.path} still says tracing is #{word(state.enabled)}" : "its state file is gone"
-        "process #{process.pid} was sent #{sent.signal_name} but did not report tracing #{word(wanted)} within " \
+        "process #{pid} was sent #{sent.signal_name} but did not report tracing #{word(wanted)} within " \
           "#{format("%g", @timeout)}s: #{now}. It may be busy (a toggle loads every provider; try a longer " \
-          "--timeout), or the signal may have been applied together with another one (check with " \
-          "#{PROGRAM} list #{process.pid}); run the command again to retry"
+          "--timeout); or its own code trapped #{sent.signal_name} (Signal.trap, sigaction) after static_tracing " \
+          "took it, so that the signal reaches that handler instead of static_tracing's: leave " \
+          "#{sent.signal_name} to static_tracing or give it another signal (STATIC_TRACING_SIGNAL=" \
+          "#{(ToggleSignals.names - [sent.signal]).last}); or it was applied together with another one (check " \
+          "with #{PROGRAM} list #{pid}); run the command again to retry"
       end
 
       def missing_message(process)
         pid = process.pid
         looked = process.candidates.map { |candidate| "#{candidate.dir} (#{candidate.origin})" }.join(", ")
-        rejected = process.rejected.map { |file| "; set aside #{file.path}: #{file.reason}" }.join
-        "process #{pid} has published no tracing state (no #{process.file_name} in #{looked}#{rejected}), " \
-          "so it is not known which signal it listens to; nothing was sent. #{missing_reason(pid)}"
+        rejected = process.rejected.map { |file| "; #{file}" }.join
+        "process #{pid} has published no tracing state that can be trusted (no #{process.file_name} in " \
+          "#{looked}, as process #{pid} sees them#{rejected}), so it is not known which signal it listens to; " \
+          "nothing was sent. #{missing_reason(pid)}"
       end
 
       def missing_reason(pid)
         if gem_loaded?(pid)
-          "It has loaded static_tracing, but could not publish its state: check its stderr for " \
-            "\"cannot publish this process's tracing state\" and that one of those directories is usable " \
-            "(owned by the process's user, mode 0700); or it changed STATIC_TRACING_DIR after it started, " \
-            "or runs a static_tracing older than #{VERSION}"
+          "It has loaded static_tracing, but has not published its state there: check its stderr for " \
+            "\"cannot publish this process's tracing state\" (which says why each directory was skipped); or " \
+            "it changed STATIC_TRACING_DIR after it started, or runs a static_tracing older than #{VERSION}"
         else
           "It has not loaded the static_tracing gem (no #{Target::EXTENSION} in /proc/#{pid}/maps): " \
             "require \"static_tracing\" in it first"

@@ -1,18 +1,19 @@
 # frozen_string_literal: true
 
 require_relative "stub_file"
+require_relative "process_dir"
 
 module StaticTracing
   module CLI
     # A live process seen through /proc: the static_tracing stubs it has
     # mapped, their probes, and whether a tracer is attached to each.
     #
-    # Stubs are recognized by name (`<provider>-<pid>-<generation>.so`, or the
-    # memfd `static_tracing:<provider>`) and confirmed by their notes. The pid
-    # in a file name is the creator's, which is the parent for a forked
-    # worker, so it is not compared with the target's.
+    # Stubs are recognized by name (`<provider>-<pid>-<pidns>-<generation>.so`,
+    # or the memfd `static_tracing:<provider>`) and confirmed by their notes.
+    # The pid in a file name is the creator's, which is the parent for a
+    # forked worker, so it is not compared with the target's.
     class Target
-      STUB_FILE = /\A(?<provider>[A-Za-z_][A-Za-z0-9_]*)-\d+-\d+\.so\z/
+      STUB_FILE = /\A(?<provider>[A-Za-z_][A-Za-z0-9_]*)-\d+-\d+-\d+\.so\z/
       MEMFD = %r{\A/memfd:static_tracing:(?<provider>[A-Za-z_][A-Za-z0-9_]*)\z}
       DELETED = " (deleted)"
       EXTENSION = "static_tracing.so"
@@ -38,9 +39,9 @@ module StaticTracing
 
       def initialize(pid, proc_dir: "/proc")
         @pid = pid
-        @proc = CLI.process_dir(pid, proc_dir)
+        @process = ProcessDir.new(pid, proc_dir:)
         @ignored = []
-        raise Error, "process #{pid} has exited (a zombie not yet reaped by its parent)" if zombie?
+        raise Error, "process #{pid} has exited (a zombie not yet reaped by its parent)" if @process.zombie?
       end
 
       # The stubs mapped in the process, by provider name.
@@ -67,14 +68,8 @@ module StaticTracing
 
       private
 
-      def zombie?
-        File.read(File.join(@proc, "stat")).rpartition(")").last.split.first == "Z"
-      rescue SystemCallError
-        false
-      end
-
       def mappings
-        @mappings ||= read_proc("maps").each_line.filter_map { |line| parse_mapping(line.chomp) }
+        @mappings ||= @process.read("maps").each_line.filter_map { |line| parse_mapping(line.chomp) }
       end
 
       def parse_mapping(line)
@@ -134,11 +129,12 @@ module StaticTracing
           bytes = read_source(source) or next
           return [shown || display_name(name, source), StubFile.parse(bytes)]
         end
-        raise StubFile::FormatError, "cannot read it: no path, descriptor or map_files entry in #{@proc} leads to it"
+        raise StubFile::FormatError, "cannot read it: no path, descriptor or map_files entry in #{@process.path} " \
+                                     "leads to it"
       end
 
       def read_source(source)
-        guard(source) { File.binread(source) }
+        @process.guard(source) { File.binread(source) }
       rescue Errno::ENOENT, Errno::ESRCH
         # Gone since it was found: the stub was unloaded meanwhile.
         nil
@@ -147,9 +143,9 @@ module StaticTracing
       # [name to show, path to read] pairs, best first.
       def stub_sources(name, memfd, mappings)
         first = mappings.first
-        by_name = [name, File.join(@proc, "root", name)] unless memfd || name.end_with?(DELETED)
+        by_name = [name, @process.reach(name)] unless memfd || name.end_with?(DELETED)
         sources = [by_name, *(descriptors_of(first.inode) if memfd),
-                   [nil, File.join(@proc, "map_files", "#{first.start.to_s(16)}-#{first.finish.to_s(16)}")]]
+                   [nil, @process.join("map_files/#{first.start.to_s(16)}-#{first.finish.to_s(16)}")]]
         (sources.compact.select { |_, source| same_inode?(source, first.inode) } + [by_name].compact).uniq
       end
 
@@ -158,8 +154,8 @@ module StaticTracing
       end
 
       def descriptors_of(inode)
-        fd_dir = File.join(@proc, "fd")
-        guard(fd_dir) { Dir.children(fd_dir) }.sort_by(&:to_i).filter_map do |fd|
+        fd_dir = @process.join("fd")
+        @process.guard(fd_dir) { Dir.children(fd_dir) }.sort_by(&:to_i).filter_map do |fd|
           path = File.join(fd_dir, fd)
           [path, path] if same_inode?(path, inode)
         end
@@ -181,38 +177,8 @@ module StaticTracing
       end
 
       def with_memory(&)
-        path = File.join(@proc, "mem")
-        guard(path) { File.open(path, "rb", &) }
-      end
-
-      def read_proc(name)
-        path = File.join(@proc, name)
-        guard(path) { File.read(path) }
-      end
-
-      # Turns the errors of reading another process into what to do about them.
-      def guard(path)
-        yield
-      rescue Errno::ENOENT, Errno::ESRCH
-        raise Error, "process #{pid} exited (#{path} is gone)" unless File.directory?(@proc)
-
-        raise
-      rescue Errno::EACCES, Errno::EPERM
-        raise Error, permission_message(path)
-      end
-
-      def permission_message(path)
-        owner = File.stat(@proc).uid
-        me = ::Process.euid
-        if owner == me
-          "permission denied reading #{path}: ptrace access to process #{pid} is restricted " \
-            "(kernel.yama.ptrace_scope); run static-tracing as root"
-        else
-          "permission denied reading #{path}: process #{pid} runs as uid #{owner}, you as uid #{me}; " \
-            "run static-tracing as root or as uid #{owner}"
-        end
-      rescue SystemCallError
-        "permission denied reading #{path}: run static-tracing as root"
+        path = @process.join("mem")
+        @process.guard(path) { File.open(path, "rb", &) }
       end
     end
   end
