@@ -2,6 +2,10 @@
 
 require "monitor"
 require_relative "method_wrapper"
+require_relative "method_tracing/traced_class"
+require_relative "method_tracing/naming"
+require_relative "method_tracing/templates"
+require_relative "method_tracing/class_hooks"
 
 module StaticTracing
   # Method tracepoints: a Tracepoint fired by a wrapper around one method.
@@ -13,108 +17,15 @@ module StaticTracing
   # only while tracing is on (see Switch): when it is off, nothing stands
   # between callers and the method.
   module MethodTracing
-    # What a rule traces and how.
-    Rule = Struct.new(:owner, :kind, :provider, :only, :inherited, keyword_init: true) do
-      def covers?(klass, name)
-        (klass.equal?(owner) || (inherited && klass < owner)) && (only.nil? || only.include?(name))
-      end
-    end
-
-    # One traced method: its probe, whether its wrapper is wanted (while
-    # tracing is on, or after Tracepoint#load) and whether it is in place.
-    class MethodProbe
-      attr_reader :owner, :method_name, :kind, :tracepoint
-      attr_accessor :wanted_by_switch, :wanted_explicitly, :installed
-
-      def initialize(owner, method_name, kind, tracepoint)
-        @owner = owner
-        @method_name = method_name
-        @kind = kind
-        @tracepoint = tracepoint
-        @wanted_by_switch = @wanted_explicitly = @installed = false
-      end
-
-      def wanted?
-        @wanted_by_switch || @wanted_explicitly
-      end
-
-      def installed?
-        @installed
-      end
-
-      def label
-        "#{owner.name || owner.inspect}##{method_name}"
-      end
-
-      def inspect
-        "#<#{self.class} #{label} -> #{tracepoint.provider.name}:#{tracepoint.name}#{" (wrapped)" if installed?}>"
-      end
-    end
-
-    # The module prepended to a class to hold its wrappers of one kind.
-    # Named under StaticTracing::Wrappers (MyController_latency), which
-    # shows in `ancestors` and lets folded stacks leave wrapper frames out.
-    class Wrappers < Module
-      def initialize(owner, kind)
-        super()
-        @owner = owner
-        @kind = kind
-        @constants = {}
-        StaticTracing::Wrappers.const_set(self.class.constant_name(owner, kind), self)
-      end
-
-      # Admin::UsersController, :latency => "Admin_UsersController_latency",
-      # with a number added if that is taken (by a reloaded class).
-      def self.constant_name(owner, kind)
-        base = "#{(owner.name || "Anonymous").gsub("::", "_").delete("^A-Za-z0-9_")}_#{kind}"
-        base = "W#{base}" unless base.match?(/\A[A-Z]/)
-        names = Enumerator.produce(2) { |n| n + 1 }.lazy.map { |n| "#{base}_#{n}" }
-        [base].chain(names).find { |name| !StaticTracing::Wrappers.const_defined?(name, false) }
-      end
-
-      # A constant of this module holding +value+ for +method_name+, by name:
-      # wrapper code reads it through an inline-cached constant lookup.
-      def constant(method_name, role, value)
-        name = (@constants[[method_name, role]] ||= "#{role.upcase}_#{@constants.size}")
-        remove_const(name) if const_defined?(name, false)
-        const_set(name, value)
-        name
-      end
-
-      def defines?(method_name)
-        method_defined?(method_name, false) || private_method_defined?(method_name, false)
-      end
-    end
-
-    # Wrapper bodies, by kind. %{super} calls the original method with the
-    # arguments this call received. When no tracer is attached a wrapper
-    # costs the is-enabled check and the return through it, nothing else.
-    TEMPLATES = {
-      latency: <<~'RUBY',
-        return %{super} unless %{tracepoint}.enabled?
-        __static_tracing_started = StaticTracing.nsec
-        begin
-          %{super}
-        ensure
-          %{tracepoint}.fire(StaticTracing.nsec - __static_tracing_started)
-        end
-      RUBY
-      stack: <<~'RUBY'
-        return %{super} unless %{tracepoint}.enabled?
-        %{tracepoint}.fire(StaticTracing::Native.folded_stack(%{label}, 1, StaticTracing::StackTracer.max_bytes))
-        %{super}
-      RUBY
-    }.freeze
-
-    # Argument types of each kind's probes.
-    TYPES = { latency: [Integer], stack: [String] }.freeze
-
-    OPERATOR = /\A(?![A-Za-z_][A-Za-z0-9_]*[?!=]?\z)/
-
     @lock = StaticTracing::STATE_LOCK
-    @rules = Hash.new { |hash, key| hash[key] = [] }.compare_by_identity
-    @probes = {} # [owner, method_name, kind] => MethodProbe
-    @wrappers = {} # [owner, kind] => Wrappers
+    # Every traced class, weakly: class => TracedClass.
+    @classes = ObjectSpace::WeakMap.new
+    # Provider name => the classes (weakly) whose probes went with that
+    # provider when it was unregistered: registering the name again
+    # declares them anew.
+    @orphaned = {}
+    # Warnings given, by keys that name classes by object_id (never reused),
+    # so that a warning does not keep its class alive.
     @warned = {}
 
     class << self
@@ -127,7 +38,7 @@ module StaticTracing
         provider = Names.string(:provider, provider) if provider
         rule = Rule.new(owner:, kind:, provider:, only: only&.map(&:to_sym), inherited:)
         @lock.synchronize do
-          @rules[owner] << rule
+          state_for(owner).rules << rule
           install_hooks(owner)
           Switch.batch do
             defined_methods(owner).each { |name| declare(owner, name, rule) if rule.covers?(owner, name) }
@@ -138,36 +49,32 @@ module StaticTracing
 
       # The probes declared for +owner+ (all classes when nil).
       def probes(owner = nil)
-        @lock.synchronize { @probes.values.select { |probe| owner.nil? || probe.owner.equal?(owner) } }
+        @lock.synchronize do
+          states = owner ? [state_of(owner)].compact : @classes.values
+          states.flat_map { |state| state.probes.values }
+        end
       end
 
       # The method probes fired through +tracepoint+.
       def probes_of(tracepoint)
-        @lock.synchronize { @probes.values.select { |probe| probe.tracepoint.equal?(tracepoint) } }
+        probes.select { |probe| probe.tracepoint.equal?(tracepoint) }
       end
 
-      # The provider name a class's probes get by default: Admin::UsersController => admin_users_controller.
-      def provider_name_for(klass)
-        name = klass.name or return nil
-        name.split("::").map do |part|
-          part.gsub(/([A-Z]+)([A-Z][a-z])/, '\1_\2').gsub(/([a-z\d])([A-Z])/, '\1_\2').downcase
-        end.join("_")
-      end
-
-      # The probe name for a method: ? => _p, ! => _bang, = => _set; nil for operators.
-      def probe_name_for(method_name)
-        name = method_name.to_s
-        return if name.match?(OPERATOR)
-
-        name.sub(/\?\z/, "_p").sub(/!\z/, "_bang").sub(/=\z/, "_set")
-      end
-
+      # Each probe is armed on its own: one that cannot be (a frozen
+      # class, say) is reported and left out, and all the others are armed.
       def arm_all
-        @lock.synchronize { @probes.each_value { |probe| want(probe, :switch) } }
+        @lock.synchronize do
+          probes.each do |probe|
+            want(probe, :switch)
+          rescue StandardError, ScriptError => e
+            warn_once([:arm, probe.owner.object_id, probe.method_name],
+                      "static_tracing: not tracing #{probe.label}: #{e.class}: #{e.message}")
+          end
+        end
       end
 
       def disarm_all
-        @lock.synchronize { @probes.each_value { |probe| unwant(probe, :switch) } }
+        @lock.synchronize { probes.each { |probe| unwant(probe, :switch) } }
       end
 
       # Wraps the method of +probe+ and keeps it wrapped (through
@@ -187,6 +94,8 @@ module StaticTracing
       end
 
       # Puts the wrapper of +probe+ in place (again, if the method changed).
+      # False when it cannot be: the method is gone, or the class was frozen
+      # before its wrappers module could be prepended (said once).
       def install(probe)
         @lock.synchronize do
           visibility = visibility_of(probe.owner, probe.method_name)
@@ -194,7 +103,7 @@ module StaticTracing
             remove(probe)
             return false
           end
-          wrappers = wrappers_for(probe.owner, probe.kind)
+          wrappers = wrappers_for(probe.owner, probe.kind) or return false
           values = { tracepoint: wrappers.constant(probe.method_name, :tracepoint, probe.tracepoint) }
           values[:label] = wrappers.constant(probe.method_name, :label, probe.label.freeze) if probe.kind == :stack
           parameters = original_method(probe.owner, probe.method_name).parameters
@@ -207,9 +116,35 @@ module StaticTracing
       # Takes the wrapper of +probe+ away.
       def remove(probe)
         @lock.synchronize do
-          wrappers = @wrappers[[probe.owner, probe.kind]]
+          wrappers = state_of(probe.owner)&.wrappers&.[](probe.kind)
           wrappers.send(:remove_method, probe.method_name) if wrappers&.defines?(probe.method_name)
           probe.installed = false
+        end
+      end
+
+      # Called as +provider+ is unregistered: the probes it held are
+      # unwrapped and forgotten, and declared again, into a new provider,
+      # if the name is registered again (as a method defined later would).
+      def provider_unregistered(provider)
+        @lock.synchronize do
+          @classes.each_value do |state|
+            state.probes.delete_if do |_, probe|
+              next false unless probe.tracepoint.provider.equal?(provider)
+
+              remove(probe)
+              (@orphaned[provider.name] ||= ObjectSpace::WeakMap.new)[state.owner] = true
+            end
+          end
+        end
+      end
+
+      # Called when a provider named +name+ is created.
+      def provider_registered(name)
+        return if @orphaned.empty?
+
+        @lock.synchronize do
+          classes = @orphaned.delete(name) or return
+          Switch.batch { classes.each_key { |klass| declare_all(klass) } }
         end
       end
 
@@ -224,47 +159,61 @@ module StaticTracing
           reinstall(klass, name)
         end
       rescue StandardError, ScriptError => e
-        warn_once([:added, klass, name], "static_tracing: not tracing #{klass}##{name}: #{e.class}: #{e.message}")
+        warn_once([:added, klass.object_id, name],
+                  "static_tracing: not tracing #{klass}##{name}: #{e.class}: #{e.message}")
       end
 
       def method_gone(klass, name)
         @lock.synchronize { probes_named(klass, name).each { |probe| remove(probe) } }
       rescue StandardError => e
-        warn_once([:gone, klass, name], "static_tracing: could not unwrap #{klass}##{name}: #{e.message}")
+        warn_once([:gone, klass.object_id, name], "static_tracing: could not unwrap #{klass}##{name}: #{e.message}")
       end
 
       def visibility_changed(klass, names)
         names = names.flatten.map { |name| name.to_sym if name.is_a?(Symbol) || name.is_a?(String) }
         @lock.synchronize { names.each { |name| reinstall(klass, name) if name } }
       rescue StandardError, ScriptError => e
-        warn_once([:visibility, klass],
+        warn_once([:visibility, klass.object_id],
                   "static_tracing: could not follow a visibility change in #{klass}: #{e.message}")
       end
 
       private
 
-      def declare(klass, name, rule)
-        probe_name = probe_name_for(name) or return
-        key = [klass, name, rule.kind]
-        return if @probes.key?(key)
-
-        provider = rule.provider || default_provider(klass, rule.kind) or return
-        tracepoint = StaticTracing::Provider.register(provider).add_tracepoint(probe_name, *TYPES.fetch(rule.kind))
-        probe = @probes[key] = MethodProbe.new(klass, name, rule.kind, tracepoint)
-        want(probe, :switch) if Switch.enabled?
-      rescue ArgumentError, StaticTracing::Error => e
-        warn_once([klass, name, rule.kind], "static_tracing: not tracing #{klass}##{name}: #{e.message}")
+      # What tracing knows about +klass+, or nil. (A class copied with
+      # #dup or #clone carries its original's state: that is not its own.)
+      def state_of(klass)
+        state = Native.class_state(klass)
+        state if state.is_a?(TracedClass) && state.owner.equal?(klass)
       end
 
-      def default_provider(klass, kind)
-        name = provider_name_for(klass)
-        unless name
-          warn_once([:anonymous, klass],
-                    "static_tracing: not tracing anonymous #{klass.inspect}: give it a provider " \
-                    "(include StaticTracing::LatencyTracer.with(provider: :name))")
-          return
+      # FrozenError for a frozen class that has none yet.
+      def state_for(klass)
+        state_of(klass) || TracedClass.new(klass).tap do |state|
+          Native.set_class_state(klass, state)
+          @classes[klass] = state
         end
-        kind == :stack ? "#{name}_stack" : name
+      end
+
+      def declare(klass, name, rule)
+        probe_name = probe_name_for(name) or return
+        return if declared?(klass, name, rule.kind)
+
+        provider = rule.provider || default_provider(klass, rule) or return
+        tracepoint = StaticTracing::Provider.register(provider).add_tracepoint(probe_name, *TYPES.fetch(rule.kind))
+        probe = state_for(klass).probes[[name, rule.kind]] = MethodProbe.new(klass, name, rule.kind, tracepoint)
+        want(probe, :switch) if Switch.enabled?
+      rescue ArgumentError, FrozenError, StaticTracing::Error => e
+        warn_once([klass.object_id, name, rule.kind], "static_tracing: not tracing #{klass}##{name}: #{e.message}")
+      end
+
+      def declared?(klass, name, kind)
+        state = state_of(klass) or return false
+        state.probes.key?([name, kind])
+      end
+
+      # Declares every method of +klass+ that a rule covers.
+      def declare_all(klass)
+        defined_methods(klass).each { |name| each_rule(klass, name) { |rule| declare(klass, name, rule) } }
       end
 
       # The method changed (redefined, visibility, back after a removal):
@@ -274,11 +223,11 @@ module StaticTracing
       end
 
       def probes_named(klass, name)
-        @probes.values.select { |probe| probe.owner.equal?(klass) && probe.method_name == name }
+        state_of(klass)&.probes_named(name) || []
       end
 
       def each_rule(klass, name, &)
-        rules = klass.ancestors.flat_map { |ancestor| @rules.fetch(ancestor, []) }
+        rules = klass.ancestors.flat_map { |ancestor| state_of(ancestor)&.rules || [] }
         rules.select { |rule| rule.covers?(klass, name) }.each(&)
       end
 
@@ -288,8 +237,16 @@ module StaticTracing
         singleton.prepend(VisibilityHooks) unless singleton <= VisibilityHooks
       end
 
+      # The wrappers module of +owner+ for +kind+, prepended on first use;
+      # nil, said once, when the class is frozen before that.
       def wrappers_for(owner, kind)
-        @wrappers[[owner, kind]] ||= Wrappers.new(owner, kind).tap { |wrappers| owner.prepend(wrappers) }
+        state = state_for(owner)
+        state.wrappers[kind] ||= Wrappers.new(owner, kind).tap { |wrappers| owner.prepend(wrappers) }
+      rescue FrozenError
+        warn_once([:frozen, owner.object_id],
+                  "static_tracing: not tracing #{owner.name || owner.inspect}: it is frozen, so no wrapper can be " \
+                  "put in front of its methods (trace it before it is frozen); everything else is traced")
+        nil
       end
 
       def defined_methods(owner)
@@ -317,25 +274,6 @@ module StaticTracing
 
         @warned[key] = true
         warn(message)
-      end
-    end
-
-    # Prepended to the singleton class of a traced class: sees its methods
-    # come and go. (Visibility changes are seen by VisibilityHooks, native.)
-    module ClassHooks
-      def method_added(name)
-        super
-        StaticTracing::MethodTracing.method_defined(self, name)
-      end
-
-      def method_removed(name)
-        super
-        StaticTracing::MethodTracing.method_gone(self, name)
-      end
-
-      def method_undefined(name)
-        super
-        StaticTracing::MethodTracing.method_gone(self, name)
       end
     end
   end

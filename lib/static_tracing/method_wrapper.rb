@@ -46,6 +46,10 @@ module StaticTracing
     # +super+ call for each combination of given and omitted keywords.
     MAX_OPTIONAL_KEYWORDS = 3
 
+    # The file wrappers are compiled under: folded stacks (StackTracer) know
+    # their frames by it and leave them out.
+    SOURCE_FILE = Native::WRAPPER_FILE
+
     OPERATORS = %w[
       + - * / % ** == != === =~ !~ <=> < <= > >= << >> & | ^ ~ ! +@ -@ [] []= `
     ].freeze
@@ -89,7 +93,7 @@ module StaticTracing
 
       def define_with_def(mod, name, signature, body)
         source = "def #{name}(#{signature.parameter_list})\n#{body}\nend\n"
-        compile(name) { mod.module_eval(source, __FILE__, __LINE__) }
+        compile(name) { mod.module_eval(source, SOURCE_FILE, 1) }
       end
 
       def define_with_block(mod, name, prefix, template, values)
@@ -97,7 +101,7 @@ module StaticTracing
         block = "#{prefix}block"
         body = expand(template, values, "super(*#{args}, &#{block})")
         source = "::Proc.new do |*#{args}, &#{block}|\n#{body}\nend.ruby2_keywords\n"
-        mod.define_method(name, &compile(name) { mod.module_eval(source, __FILE__, __LINE__) })
+        mod.define_method(name, &compile(name) { mod.module_eval(source, SOURCE_FILE, 1) })
       end
 
       # Redefining a wrapper (for a method that changed) would warn "method

@@ -95,6 +95,7 @@ RSpec.describe "Tracing methods with bpftrace", :e2e do
       expect(stacks.first).to start_with("<main>;")
       expect(stacks.first).to end_with(";StackDemo#outer;StackDemo#middle;StackDemo#inner")
       expect(stacks.first).not_to include("Wrappers")
+      expect(stacks.first).not_to include("static_tracing")
       expect(stacks.last).to eq("StackDemo#middle;StackDemo#inner")
     end
   end
@@ -162,10 +163,11 @@ RSpec.describe "Tracing methods with bpftrace", :e2e do
       app = ruby_repl(subject_class)
       run = "run_matrix(#{calls.inspect})"
       disarmed = app.evaluate(run)
-      expect(app.evaluate("MatrixSubject.ancestors.first.name")).to eq("MatrixSubject")
+      expect(app.evaluate("MatrixSubject.ancestors.first.inspect")).to eq("MatrixSubject")
 
       app.evaluate("StaticTracing.enable!")
-      expect(app.evaluate("MatrixSubject.ancestors.first.name")).to eq("StaticTracing::Wrappers::MatrixSubject_latency")
+      expect(app.evaluate("MatrixSubject.ancestors.first.inspect"))
+        .to eq("StaticTracing::MethodTracing::Wrappers(MatrixSubject, latency)")
       armed = app.evaluate(run)
 
       tracer = attach_bpftrace(app.pid, "usdt:*:matrix_subject:* { @[probe] = count(); }")

@@ -8,10 +8,12 @@ use std::ffi::{c_long, c_void};
 /// outermost ones, since the innermost are kept).
 const MAX_FRAMES: usize = 512;
 
-/// Where the modules holding method wrappers are named (by
-/// lib/static_tracing/method_tracing.rb); their frames are not the
-/// application's, so folded stacks leave them out.
-pub const WRAPPERS_NAMESPACE: &str = "StaticTracing::Wrappers";
+/// The file name method wrappers are compiled under (by
+/// lib/static_tracing/method_wrapper.rb, as `Native::WRAPPER_FILE`): their
+/// frames are not the application's, so folded stacks leave them out. A
+/// file name, not a module name: wrapper modules are anonymous, so that no
+/// constant keeps a traced class alive.
+pub const WRAPPER_FILE: &str = "(static_tracing method wrapper)";
 
 /// The stack in folded form, root first: `<main>;Foo#bar;Baz#qux`, with
 /// `leaf` as the innermost frame in place of the `skip` innermost ones (this
@@ -37,6 +39,9 @@ pub fn folded_stack(ruby: &Ruby, leaf: RString, skip: usize, max_bytes: usize) -
     let mut kept: Vec<Vec<u8>> = vec![unsafe { leaf.as_slice() }.to_vec()];
     let mut size = kept[0].len();
     for &frame in frames.iter().take(count).skip(skip) {
+        if is_wrapper_frame(frame) {
+            continue;
+        }
         // SAFETY: a frame VALUE returned by rb_profile_frames just above.
         let label = unsafe { rb_sys::rb_profile_frame_full_label(frame) };
         let Some(label) = RString::from_value(unsafe { Value::from_raw(label) }) else {
@@ -44,11 +49,6 @@ pub fn folded_stack(ruby: &Ruby, leaf: RString, skip: usize, max_bytes: usize) -
         };
         // SAFETY: copied before any other Ruby call.
         let bytes = unsafe { label.as_slice() }.to_vec();
-        if bytes.starts_with(WRAPPERS_NAMESPACE.as_bytes())
-            && bytes.get(WRAPPERS_NAMESPACE.len()) == Some(&b':')
-        {
-            continue;
-        }
         if size + 1 + bytes.len() > max_bytes {
             break;
         }
@@ -64,6 +64,16 @@ pub fn folded_stack(ruby: &Ruby, leaf: RString, skip: usize, max_bytes: usize) -
     }
     folded.truncate(max_bytes);
     ruby.str_from_slice(&folded)
+}
+
+/// Whether `frame` runs code of a method wrapper.
+fn is_wrapper_frame(frame: VALUE) -> bool {
+    // SAFETY: a frame VALUE returned by rb_profile_frames, still on the
+    // caller's stack; the path is a String, or nil for C frames.
+    let path = unsafe { Value::from_raw(rb_sys::rb_profile_frame_path(frame)) };
+    // SAFETY: compared at once, before any other Ruby call.
+    RString::from_value(path)
+        .is_some_and(|path| unsafe { path.as_slice() } == WRAPPER_FILE.as_bytes())
 }
 
 unsafe extern "C" fn frame_self(context: *const rb_debug_inspector_t, data: *mut c_void) -> VALUE {

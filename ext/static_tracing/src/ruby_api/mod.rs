@@ -11,6 +11,7 @@
 //! itself Ractor-safe.)
 
 mod arguments;
+mod class_state;
 mod errors;
 mod frames;
 mod provider;
@@ -72,10 +73,8 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     native.define_singleton_method("folded_stack", magnus::function!(frames::folded_stack, 3))?;
     native.define_singleton_method("caller_self", magnus::function!(frames::caller_self, 1))?;
     root(ruby).define_singleton_method("nsec", magnus::function!(signals::nsec, 0))?;
-    let wrappers = frames::WRAPPERS_NAMESPACE
-        .strip_prefix("StaticTracing::")
-        .expect("under StaticTracing");
-    root(ruby).define_module(wrappers)?;
+    native.const_set("WRAPPER_FILE", frames::WRAPPER_FILE)?;
+    class_state::init(ruby)?;
     provider::init(ruby)?;
     tracepoint::init(ruby)?;
     visibility_hooks::init(ruby)?;

@@ -1,0 +1,94 @@
+# frozen_string_literal: true
+
+module StaticTracing
+  # The data of method tracing, per class: see MethodTracing for what is
+  # done with it.
+  module MethodTracing
+    # What a rule traces and how.
+    Rule = Struct.new(:owner, :kind, :provider, :only, :inherited, keyword_init: true) do
+      def covers?(klass, name)
+        (klass.equal?(owner) || (inherited && klass < owner)) && (only.nil? || only.include?(name))
+      end
+    end
+
+    # One traced method: its probe, whether its wrapper is wanted (while
+    # tracing is on, or after Tracepoint#load) and whether it is in place.
+    class MethodProbe
+      attr_reader :owner, :method_name, :kind, :tracepoint
+      attr_accessor :wanted_by_switch, :wanted_explicitly, :installed
+
+      def initialize(owner, method_name, kind, tracepoint)
+        @owner = owner
+        @method_name = method_name
+        @kind = kind
+        @tracepoint = tracepoint
+        @wanted_by_switch = @wanted_explicitly = @installed = false
+      end
+
+      def wanted?
+        @wanted_by_switch || @wanted_explicitly
+      end
+
+      def installed?
+        @installed
+      end
+
+      def label
+        "#{owner.name || owner.inspect}##{method_name}"
+      end
+
+      def inspect
+        "#<#{self.class} #{label} -> #{tracepoint.provider.name}:#{tracepoint.name}#{" (wrapped)" if installed?}>"
+      end
+    end
+
+    # What tracing knows about one class or module: the rules given to it,
+    # the probes of its methods (by [method name, kind]) and the modules
+    # holding their wrappers (by kind). The class itself holds it (see
+    # Native.class_state) and nothing else does strongly, so a class made at
+    # run time is collected as if it had never been traced.
+    class TracedClass
+      attr_reader :owner, :rules, :probes, :wrappers
+
+      def initialize(owner)
+        @owner = owner
+        @rules = []
+        @probes = {}
+        @wrappers = {}
+      end
+
+      def probes_named(method_name)
+        @probes.values.select { |probe| probe.method_name == method_name }
+      end
+    end
+
+    # The module prepended to a class to hold its wrappers of one kind. It
+    # is anonymous: a constant naming it would keep the class alive for
+    # good. `ancestors` shows it as StaticTracing::MethodTracing::Wrappers(MyController, latency).
+    class Wrappers < Module
+      def initialize(owner, kind)
+        super()
+        @label = "#{self.class.name}(#{owner.name || owner.inspect}, #{kind})"
+        @constants = {}
+      end
+
+      def inspect
+        @label
+      end
+      alias to_s inspect
+
+      # A constant of this module holding +value+ for +method_name+, by name:
+      # wrapper code reads it through an inline-cached constant lookup.
+      def constant(method_name, role, value)
+        name = (@constants[[method_name, role]] ||= "#{role.upcase}_#{@constants.size}")
+        remove_const(name) if const_defined?(name, false)
+        const_set(name, value)
+        name
+      end
+
+      def defines?(method_name)
+        method_defined?(method_name, false) || private_method_defined?(method_name, false)
+      end
+    end
+  end
+end
