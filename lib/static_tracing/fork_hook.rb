@@ -7,14 +7,17 @@ module StaticTracing
   # survive the fork) and its own `<pid>.state`, in that order: the state
   # names the signal the process listens to.
   module ForkHook
+    # A fork waits for a toggle in progress to finish (STATE_LOCK): a child
+    # copies the whole process as it is, and must start with tracing fully
+    # on or fully off, never half-way.
     def _fork
-      pid = super
+      pid = StaticTracing::STATE_LOCK.synchronize { super }
       ForkHook.start_new_process if pid.zero?
       pid
     end
 
     def daemon(...)
-      result = super
+      result = StaticTracing::STATE_LOCK.synchronize { super }
       ForkHook.start_new_process
       result
     end

@@ -17,9 +17,13 @@ module StaticTracing
     class << self
       # The provider named +name+, created on first use.
       def register(name)
-        StaticTracing.providers.fetch_or_create(name) do |string|
-          _new(string).tap { |provider| provider.send(:setup) }
+        created = false
+        provider = StaticTracing.providers.fetch_or_create(name) do |string|
+          created = true
+          _new(string).tap { |created_provider| created_provider.send(:setup) }
         end
+        MethodTracing.provider_registered(provider.name) if created
+        provider
       end
 
       # Registers +name+ if needed and loads it.
@@ -84,9 +88,12 @@ module StaticTracing
     end
 
     # Unloads the provider and removes it from StaticTracing.providers.
+    # Methods traced into it lose their wrappers; registering the name
+    # again (or defining a traced method that needs it) brings them back.
     def unregister
       unload
       Switch.forget(self)
+      MethodTracing.provider_unregistered(self)
       StaticTracing.providers.delete(self)
       @unregistered = true
       self

@@ -94,10 +94,14 @@ module StaticTracing
 
       private
 
+      # A provider that cannot load is reported, and the toggle goes on: the
+      # others load, and every view of the state agrees that tracing is on.
       def load_for_tracing(provider)
         return if provider.tracepoints.empty?
 
         @loaded_by_switch[provider] = true if provider.send(:load_for_tracing)
+      rescue StaticTracing::Error => e
+        warn("static_tracing: provider #{provider.name} not loaded while tracing is on: #{e.message}")
       end
     end
   end
