@@ -296,6 +296,20 @@ RSpec.describe "static-tracing enable, disable and toggle" do
     end
   end
 
+  # Its state file says mode signal and SigCgt shows the signal caught, but
+  # the handler is the application's, which replaced the gem's.
+  it "names the application's own trap as a likely cause when nothing changes" do
+    process = child('Signal.trap("TRAP") { $stderr.puts "app trap" }')
+    result = run_cli("enable", process.pid, "--timeout", "0.3")
+    expect(result).to have_attributes(exitstatus: 1, stdout: "")
+    expect(result.stderr).to start_with("static-tracing: process #{process.pid} was sent SIGTRAP but did not report " \
+                                        "tracing enabled within 0.3s")
+      .and include("trapped SIGTRAP", "Signal.trap", "STATIC_TRACING_SIGNAL=")
+    process.wait_for(/^app trap$/)
+    expect(enabled?(process)).to be(false)
+    expect(received(process)).to eq(0)
+  end
+
   it "times out with a clear error when the process does not apply the signal in time" do
     process = child
     # The process's signal thread applies a toggle under STATE_LOCK: held
