@@ -80,6 +80,19 @@ RSpec.describe StaticTracing::CLI::Target do
     expect(state_of("request")).to have_attributes(attached: false, breakpoint: false)
   end
 
+  # A kernel that optimizes uprobes (x86-64, Linux 6.18+) replaces the whole
+  # 5-byte NOP with a call to its trampoline: attached as much as an int3.
+  it "sees a probe site rewritten into a call (an optimized uprobe) as attached" do
+    skip "the 5-byte NOP is x86-64's" unless RbConfig::CONFIG["host_cpu"] == "x86_64"
+
+    tracepoint = web.tracepoints[:request]
+    poke(address_of(web, "request", :pc), "\xE8\x10\x20\x30\x40".b) do
+      expect(tracepoint.enabled?).to be(true)
+      expect(state_of("request")).to have_attributes(attached: true, semaphore: 0, breakpoint: true)
+    end
+    expect(state_of("request")).to have_attributes(attached: false, breakpoint: false)
+  end
+
   it "forgets a provider once it is unloaded" do
     web
     db.unload

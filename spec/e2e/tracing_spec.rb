@@ -1,5 +1,8 @@
 # frozen_string_literal: true
 
+require "etc"
+require "static_tracing/cli"
+
 # Real bpftrace attached to a real Ruby process that defines its probes at
 # run time. Runs as root; see spec/support/e2e.rb.
 RSpec.describe "Tracing runtime probes with bpftrace", :e2e do
@@ -40,6 +43,26 @@ RSpec.describe "Tracing runtime probes with bpftrace", :e2e do
     tracer.finish
     eventually("the probe is disabled after bpftrace exits") { app.evaluate("hello.enabled?") == false }
     expect(app.evaluate("hello.fire(1, 'unseen', 0.0)")).to be(false)
+  end
+
+  # x86-64 probe sites are the 5-byte NOP. A kernel that optimizes uprobes
+  # (Linux 6.18 and later on x86-64) rewrites it into a call to a
+  # trampoline it maps into the process, after the first hit; older ones
+  # trap on an int3 in its first byte. Either way every hit is seen, and
+  # the gem and the command see the probe as attached.
+  it "sits on a 5-byte NOP, which kernels that optimize uprobes turn into a trampoline call" do
+    skip "the 5-byte NOP is x86-64's" unless RbConfig::CONFIG["host_cpu"] == "x86_64"
+
+    tracer = attach_bpftrace(app.pid, "usdt:*:e2e_app:hello { @sum = sum(arg0); @hits = count(); }")
+    expect(app.evaluate("(1..1000).each { |i| hello.fire(i, 'x', 0.0) }; hello.enabled?")).to be(true)
+    site = StaticTracing::CLI::Target.new(app.pid).probe_states.find { |state| state.probe.name == "hello" }
+    expect(site).to have_attributes(attached: true, breakpoint: true)
+    maps = File.read("/proc/#{app.pid}/maps")
+    kernel = Gem::Version.new(Etc.uname[:release][/\A\d+\.\d+/])
+    expect(maps).to include("[uprobes-trampoline]") if kernel >= Gem::Version.new("6.18")
+
+    output = tracer.finish
+    expect(output).to match(/^@hits: 1000$/).and match(/^@sum: 500500$/)
   end
 
   it "is listed by bpftrace -l with -p and by bcc's tplist, and found by wildcards" do

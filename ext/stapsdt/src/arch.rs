@@ -32,9 +32,15 @@ impl Arch {
     }
 
     /// The instruction a tracer replaces with a breakpoint: the probe site.
+    ///
+    /// On x86-64 the 5-byte NOP, `nopl 0x0(%rax,%rax,1)`: kernels that
+    /// optimize uprobes (x86-64, Linux 6.18 and later) turn a uprobe on it
+    /// into a call to a trampoline that enters the kernel by syscall, which
+    /// costs less than the int3 trap every other probe site takes. Older
+    /// kernels put an int3 on its first byte, as on a 1-byte `nop`.
     pub const fn nop(self) -> &'static [u8] {
         match self {
-            Arch::X86_64 => &[0x90],
+            Arch::X86_64 => &[0x0f, 0x1f, 0x44, 0x00, 0x00],
             Arch::Aarch64 => &[0x1f, 0x20, 0x03, 0xd5], // d503201f
         }
     }
@@ -42,14 +48,17 @@ impl Arch {
     /// A whole stub function: the probe site followed by a return.
     pub const fn stub(self) -> &'static [u8] {
         match self {
-            Arch::X86_64 => &[0x90, 0xc3],
+            Arch::X86_64 => &[0x0f, 0x1f, 0x44, 0x00, 0x00, 0xc3],
             Arch::Aarch64 => &[0x1f, 0x20, 0x03, 0xd5, 0xc0, 0x03, 0x5f, 0xd6], // d65f03c0
         }
     }
 
-    /// Distance between two consecutive stubs in the text pages.
+    /// Distance between two consecutive stubs in the text pages: a power of
+    /// two at least as long as a stub, so that stubs are aligned and a probe
+    /// site never straddles a page (the kernel optimizes only a NOP it can
+    /// rewrite within one page).
     pub const fn stub_stride(self) -> usize {
-        self.stub().len()
+        self.stub().len().next_power_of_two()
     }
 
     /// The six integer argument registers of the C calling convention, named

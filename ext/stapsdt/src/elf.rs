@@ -352,7 +352,7 @@ impl<'a> Writer<'a> {
                 info: (STB_GLOBAL << 4) | STT_FUNC,
                 section: Self::text_section(chunk),
                 value: layout.stub_address(index),
-                size: arch.stub_stride() as u64,
+                size: arch.stub().len() as u64,
             });
             symbols.push(Symbol {
                 name: dynstr.add(&[spec.provider, "__", probe.name(), ".semaphore"]),
@@ -450,7 +450,7 @@ impl<'a> Writer<'a> {
                 SHF_ALLOC | SHF_EXECINSTR,
                 text_offset,
                 text_size,
-                arch.nop().len() as u64,
+                arch.stub_stride() as u64,
             ));
             sections.push(SectionHeader::new(
                 name_probes,

@@ -112,7 +112,15 @@ fn existing_probes_keep_their_place_when_probes_are_added() {
 
 #[test]
 fn stub_sites_are_the_architecture_nop() {
-    assert_eq!(Arch::X86_64.stub(), [0x90, 0xc3]);
+    assert_eq!(
+        Arch::X86_64.stub(),
+        [0x0f, 0x1f, 0x44, 0x00, 0x00, 0xc3],
+        "x86-64: the 5-byte nop the kernel can optimize; ret"
+    );
+    assert_eq!(Arch::X86_64.nop(), &Arch::X86_64.stub()[..5]);
+    for arch in Arch::ALL {
+        assert!(arch.stub_stride().is_power_of_two() && arch.stub_stride() >= arch.stub().len());
+    }
     let words: Vec<u32> = Arch::Aarch64
         .stub()
         .chunks(4)
@@ -199,7 +207,9 @@ fn readelf_agrees() {
         ),
         &format!(
             "Location: 0x{:016x}, Base: 0x{:016x}, Semaphore: 0x{:016x}",
-            0x1002, 0x40, 0x2002
+            0x1000 + Arch::X86_64.stub_stride(),
+            0x40,
+            0x2002
         ),
         "GNU_STACK",
         ".note.stapsdt",

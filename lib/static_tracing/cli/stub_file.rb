@@ -14,7 +14,8 @@ module StaticTracing
       class FormatError < StandardError; end
 
       # The instruction at a probe site while no breakpoint is planted on it.
-      NOPS = { 62 => "\x90".b, 183 => "\x1f\x20\x03\xd5".b }.freeze
+      # x86-64: the 5-byte NOP (nopl 0x0(%rax,%rax,1)), see stapsdt's Arch::nop.
+      NOPS = { 62 => "\x0f\x1f\x44\x00\x00".b, 183 => "\x1f\x20\x03\xd5".b }.freeze
       MACHINES = { 62 => "x86_64", 183 => "aarch64" }.freeze
 
       NT_STAPSDT = 3
