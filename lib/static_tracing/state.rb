@@ -11,6 +11,9 @@ module StaticTracing
   # listen to.
   module State
     FORMAT = 1
+    # How the native side's message starts when every directory was passed over.
+    NOWHERE = "no stub directory is usable: "
+    private_constant :NOWHERE
 
     class << self
       # Where the state was last published, or nil.
@@ -21,11 +24,7 @@ module StaticTracing
 
         @path = Native.publish_state(JSON.generate(snapshot))
       rescue StaticTracing::Error => e
-        StaticTracing.warn_stub_directories(
-          e.message.delete_prefix("no stub directory is usable: "),
-          "cannot publish this process's tracing state for the static-tracing command, and probes will load " \
-          "from a memfd (which bpftrace 0.25 and newer cannot attach to): no stub directory is usable"
-        )
+        warn_unpublished(e.message)
         nil
       end
 
@@ -45,6 +44,22 @@ module StaticTracing
       end
 
       private
+
+      # Every directory passed over means stubs go to a memfd too; anything
+      # else (no file descriptor left) is said as what it is.
+      def warn_unpublished(message)
+        if message.start_with?(NOWHERE)
+          StaticTracing.warn_stub_directories(
+            message.delete_prefix(NOWHERE),
+            "cannot publish this process's tracing state for the static-tracing command, and probes will load " \
+            "from a memfd (which bpftrace 0.25 and newer cannot attach to): no stub directory is usable"
+          )
+        else
+          StaticTracing.warn_stub_directories(
+            message, "cannot publish this process's tracing state for the static-tracing command"
+          )
+        end
+      end
 
       # With the pid, it tells a reader that the file is this process's and
       # not one of an earlier process with the same pid.

@@ -154,20 +154,21 @@ RSpec.describe "Provider lifecycle", :e2e do
       expect(Dir.children(@stub_dir).grep(/(\A|-)#{key}[.-]/)).to be_empty
     end
 
-    it "sweeps the stubs and state files of dead processes when a process starts" do
+    it "sweeps the stubs and state files no live process holds when a process starts, whatever pid they name" do
+      holder = ruby_repl("StaticTracing::Provider.load(:held)", env:)
+      held = holder.evaluate("[StaticTracing::State.path, StaticTracing.providers[:held].path]")
       dead = Process.spawn("true")
       Process.wait(dead)
-      FileUtils.mkdir_p(@stub_dir, mode: 0o700)
-      dead = "#{dead}-#{StubNames.pid_namespace}"
-      alive = "1-#{StubNames.pid_namespace}"
-      planted = ["gone-#{dead}-0.so", "gone_too-#{dead}-17.so", "#{dead}.state"]
-      kept = ["alive-#{alive}-0.so", "#{alive}.state", "notes.txt", "not_a_stub-#{dead}.so"]
+      namespace = StubNames.pid_namespace
+      planted = ["gone-#{dead}-#{namespace}-0.so", "gone_too-#{dead}-#{namespace}-17.so", "#{dead}-#{namespace}.state",
+                 "unheld-1-#{namespace}-0.so", "1-#{namespace}.state", ".#{dead}-#{namespace}.state.new"]
+      kept = ["notes.txt", "not_a_stub-#{dead}.so", "#{dead}.state"]
       (planted + kept).each { |name| File.write(File.join(@stub_dir, name), "x") }
 
       expect(app.evaluate("$provider.loaded?")).to be(true)
       left = Dir.children(@stub_dir)
       expect(left & planted).to be_empty
-      expect(left).to include(*kept)
+      expect(left).to include(*kept, *held.map { |path| File.basename(path) })
     end
 
     it "does not sweep the stub of a dead creator while its forked child still maps it" do

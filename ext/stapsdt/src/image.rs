@@ -16,6 +16,7 @@
 //! unloaded one keeps its file until nobody maps it.
 
 use crate::arch::Arch;
+use crate::descriptors::{DescriptorShortage, PlaceError};
 use crate::elf::{self, BuildError, ImageSpec, Layout};
 use crate::probe::ProbeSpec;
 use crate::site::ProbeSite;
@@ -28,7 +29,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// A place an image could not go to, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,6 +52,12 @@ pub enum LoadError {
         provider: String,
         tried: Vec<Skipped>,
     },
+    /// Stopped at `location`: no other place would have done better.
+    OutOfDescriptors {
+        provider: String,
+        location: String,
+        shortage: DescriptorShortage,
+    },
 }
 
 impl fmt::Display for LoadError {
@@ -72,11 +79,51 @@ impl fmt::Display for LoadError {
                 }
                 Ok(())
             }
+            LoadError::OutOfDescriptors {
+                provider,
+                location,
+                shortage,
+            } => write!(
+                f,
+                "could not load the probes of provider {provider:?}: {shortage} (at {location})"
+            ),
         }
     }
 }
 
 impl std::error::Error for LoadError {}
+
+/// Why a state file could not be published.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PublishError {
+    /// Every candidate was passed over, for these reasons.
+    NowhereUsable(Vec<Skipped>),
+    /// Stopped at `location`: no other directory would have done better.
+    OutOfDescriptors {
+        location: String,
+        shortage: DescriptorShortage,
+    },
+}
+
+impl fmt::Display for PublishError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PublishError::NowhereUsable(tried) => {
+                f.write_str("no stub directory is usable: ")?;
+                for (index, skipped) in tried.iter().enumerate() {
+                    let separator = if index == 0 { "" } else { "; " };
+                    write!(f, "{separator}{skipped}")?;
+                }
+                Ok(())
+            }
+            PublishError::OutOfDescriptors { location, shortage } => {
+                write!(f, "{shortage} (at {location})")
+            }
+        }
+    }
+}
+
+impl std::error::Error for PublishError {}
 
 impl From<BuildError> for LoadError {
     fn from(err: BuildError) -> LoadError {
@@ -87,27 +134,45 @@ impl From<BuildError> for LoadError {
 /// Where the image's bytes live.
 #[derive(Debug)]
 enum Backing {
-    Stub { dir: PathBuf, name: String },
+    Stub { dir: Arc<StubDir>, name: String },
     Memfd,
 }
 
-/// A file this process created, to be removed when it exits.
+/// A file this process created (a stub or its state file), to be removed
+/// when it exits, through the directory descriptor it was created in.
 struct OwnedFile {
-    path: PathBuf,
+    dir: Arc<StubDir>,
+    name: String,
+    /// The description created with the file, carrying this process's lock
+    /// on it (see `StubDir::create_locked`); for a stub, the image's own.
+    held: Arc<File>,
     creator: libc::pid_t,
     /// No longer loaded here, but kept because another process mapped it.
     retired: bool,
 }
 
-/// Every stub file created by this process (or, after a fork, by its
-/// ancestors: the creator is recorded so a child never removes those).
+impl OwnedFile {
+    fn path(&self) -> PathBuf {
+        self.dir.path().join(&self.name)
+    }
+}
+
+/// Every file created by this process and not removed yet.
 static OWNED_FILES: Mutex<Vec<OwnedFile>> = Mutex::new(Vec::new());
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
+/// The files this process owns. A forked child inherits its parent's list:
+/// it forgets those files (the parent removes them) and closes its copies
+/// of their descriptions, so that its parent's state file, say, is not
+/// held for as long as the child lives; the image files it maps stay held
+/// by its images.
 fn owned_files() -> std::sync::MutexGuard<'static, Vec<OwnedFile>> {
-    OWNED_FILES
+    let mut files = OWNED_FILES
         .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let pid = sys::current_pid();
+    files.retain(|file| file.creator == pid);
+    files
 }
 
 /// Removes every stub file this process created and still has, except the
@@ -116,19 +181,12 @@ fn owned_files() -> std::sync::MutexGuard<'static, Vec<OwnedFile>> {
 /// later process removes it. Meant for process exit: mappings stay valid,
 /// only the names go.
 pub fn remove_files_at_exit() -> usize {
-    let pid = sys::current_pid();
-    let mut files = owned_files();
     let mut removed = 0;
-    files.retain(|file| {
-        if file.creator != pid {
+    owned_files().retain(|file| {
+        if sys::claimed_by_another_process(&file.held) {
             return true;
         }
-        let in_use =
-            File::open(&file.path).is_ok_and(|opened| sys::claimed_by_another_process(&opened));
-        if in_use {
-            return true;
-        }
-        removed += usize::from(std::fs::remove_file(&file.path).is_ok());
+        removed += usize::from(file.dir.remove(&file.name).is_ok());
         false
     });
     removed
@@ -149,7 +207,7 @@ pub fn host_spec<'a>(provider: &'a str, probes: &'a [ProbeSpec]) -> Option<Image
 #[derive(Debug)]
 pub struct LoadedImage {
     library: Library,
-    file: File,
+    file: Arc<File>,
     backing: Backing,
     len: u64,
     base: usize,
@@ -211,7 +269,7 @@ impl LoadedImage {
     /// The file a tracer can name (`usdt:PATH:provider:probe`).
     pub fn path(&self) -> PathBuf {
         match &self.backing {
-            Backing::Stub { dir, name } => dir.join(name),
+            Backing::Stub { dir, name } => dir.path().join(name),
             Backing::Memfd => PathBuf::from(format!(
                 "/proc/{}/fd/{}",
                 sys::current_pid(),
@@ -325,7 +383,7 @@ impl LoadedImage {
             })),
             Err(reason) => {
                 sys::untrack_mapped_file(&file);
-                discard(&backing);
+                discard(&backing, &file);
                 // The rewrite failed half way; a fresh file elsewhere may still work.
                 match place(spec.provider, &image, candidates) {
                     Ok((image, skipped)) => Ok(Reloaded::NewFile { image, skipped }),
@@ -367,9 +425,9 @@ impl LoadedImage {
         unsafe { self.library.close() };
         sys::untrack_mapped_file(&self.file);
         if removable {
-            discard(&self.backing);
+            discard(&self.backing, &self.file);
         } else if created_here {
-            retire(&self.backing);
+            retire(&self.file);
         }
     }
 }
@@ -389,95 +447,99 @@ fn build_for_host(spec: &ImageSpec<'_>) -> Result<elf::Image, LoadError> {
 fn load_path(backing: &Backing, file: &File) -> PathBuf {
     let by_descriptor = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
     match backing {
-        Backing::Stub { dir, name } if !by_descriptor.exists() => dir.join(name),
+        Backing::Stub { dir, name } if !by_descriptor.exists() => dir.path().join(name),
         _ => by_descriptor,
     }
 }
 
 /// Removes a stub file this process created and forgets it.
-fn discard(backing: &Backing) {
+fn discard(backing: &Backing, file: &Arc<File>) {
     if let Backing::Stub { dir, name } = backing {
-        let path = dir.join(name);
-        // The directory is private to this user, so the name still leads to
-        // our file; if it is already gone there is nothing left to do.
-        let _ = std::fs::remove_file(&path);
-        owned_files().retain(|file| file.path != path);
+        // If the name is already gone there is nothing left to do.
+        let _ = dir.remove(name);
+        owned_files().retain(|owned| !Arc::ptr_eq(&owned.held, file));
     }
 }
 
-/// Writes `contents` as this process's state file, `<pid>-<pidns>.state`, in the
-/// first usable stub directory: where the `static-tracing` command looks for
-/// a process's mode and signal. Returns its path, or why no directory would do.
-pub fn publish_state(contents: &[u8], candidates: &[Candidate]) -> Result<PathBuf, Vec<Skipped>> {
-    let pid = sys::current_pid();
+/// Writes `contents` as this process's state file, `<pid>-<pidns>.state`, in
+/// the first usable stub directory: where the `static-tracing` command looks
+/// for a process's mode and signal. Returns its path.
+pub fn publish_state(contents: &[u8], candidates: &[Candidate]) -> Result<PathBuf, PublishError> {
     let name = crate::stub_dir::state_file_name(ProcessKey::current());
     let mut skipped = Vec::new();
     for candidate in candidates {
         let published = StubDir::open(&candidate.path).and_then(|dir| {
             dir.sweep_once();
-            dir.replace(&name, contents).map_err(cannot_write)
+            match dir.replace(&name, contents) {
+                Ok(held) => Ok((dir, held)),
+                Err(err) => Err(PlaceError::from_io(err, cannot_write)),
+            }
         });
         match published {
-            Ok(()) => {
-                let path = candidate.path.join(&name);
+            Ok((dir, held)) => {
                 let mut files = owned_files();
-                // A copy left in a directory that has become unusable would
-                // be found first by readers: it goes.
                 files.retain(|file| {
-                    let stale = file.creator == pid
-                        && file.path != path
-                        && file.path.file_name() == path.file_name();
-                    if stale {
-                        let _ = std::fs::remove_file(&file.path);
+                    if file.name != name {
+                        return true;
                     }
-                    !stale
+                    // A copy left in a directory that has become unusable
+                    // would be found first by readers: it goes. The one
+                    // just replaced is gone already; its description (and
+                    // lock) go now that the new one is in place.
+                    if !file.dir.is(&dir) {
+                        let _ = file.dir.remove(&file.name);
+                    }
+                    false
                 });
-                if !files.iter().any(|file| file.path == path) {
-                    files.push(OwnedFile {
-                        path: path.clone(),
-                        creator: pid,
-                        retired: false,
-                    });
-                }
+                let owned = OwnedFile {
+                    dir,
+                    name,
+                    held: Arc::new(held),
+                    creator: sys::current_pid(),
+                    retired: false,
+                };
+                let path = owned.path();
+                files.push(owned);
                 return Ok(path);
             }
-            Err(reason) => skipped.push(Skipped {
-                location: format!("{} ({})", candidate.path.display(), candidate.origin),
+            Err(PlaceError::OutOfDescriptors(shortage)) => {
+                return Err(PublishError::OutOfDescriptors {
+                    location: candidate.location(),
+                    shortage,
+                })
+            }
+            Err(PlaceError::Unusable(reason)) => skipped.push(Skipped {
+                location: candidate.location(),
                 reason,
             }),
         }
     }
-    Err(skipped)
+    Err(PublishError::NowhereUsable(skipped))
 }
 
 /// Marks a file another process still maps, to be removed once it is free.
-fn retire(backing: &Backing) {
-    if let Backing::Stub { dir, name } = backing {
-        let path = dir.join(name);
-        for file in owned_files().iter_mut().filter(|file| file.path == path) {
-            file.retired = true;
-        }
+fn retire(file: &Arc<File>) {
+    for owned in owned_files()
+        .iter_mut()
+        .filter(|owned| Arc::ptr_eq(&owned.held, file))
+    {
+        owned.retired = true;
     }
 }
 
 /// Removes the retired files of this process that nobody maps any more.
 fn remove_free_retired_files() {
-    let pid = sys::current_pid();
     owned_files().retain(|file| {
-        if !file.retired || file.creator != pid {
+        if !file.retired || sys::claimed_by_another_process(&file.held) {
             return true;
         }
-        let in_use =
-            File::open(&file.path).is_ok_and(|opened| sys::claimed_by_another_process(&opened));
-        if in_use {
-            return true;
-        }
-        let _ = std::fs::remove_file(&file.path);
+        let _ = file.dir.remove(&file.name);
         false
     });
 }
 
-/// Tries each stub directory in turn, then a memfd.
+/// Tries each stub directory in turn, then a memfd. Out of descriptors,
+/// it stops where that happened: no other place would do better.
 fn place(
     provider: &str,
     image: &elf::Image,
@@ -485,23 +547,33 @@ fn place(
 ) -> Result<(LoadedImage, Vec<Skipped>), LoadError> {
     remove_free_retired_files();
     let mut skipped = Vec::new();
+    let out_of_descriptors = |location: String, shortage| LoadError::OutOfDescriptors {
+        provider: provider.to_owned(),
+        location,
+        shortage,
+    };
     for candidate in candidates {
-        let location = candidate.path.display().to_string();
         let placed = StubDir::open(&candidate.path).and_then(|dir| {
             dir.sweep_once();
             place_in_dir(&dir, provider, image)
         });
         match placed {
             Ok(loaded) => return Ok((loaded, skipped)),
-            Err(reason) => skipped.push(Skipped {
-                location: format!("{location} ({})", candidate.origin),
+            Err(PlaceError::Unusable(reason)) => skipped.push(Skipped {
+                location: candidate.location(),
                 reason,
             }),
+            Err(PlaceError::OutOfDescriptors(shortage)) => {
+                return Err(out_of_descriptors(candidate.location(), shortage))
+            }
         }
     }
     match place_in_memfd(provider, image) {
         Ok(loaded) => Ok((loaded, skipped)),
-        Err(reason) => {
+        Err(PlaceError::OutOfDescriptors(shortage)) => {
+            Err(out_of_descriptors("memfd".to_owned(), shortage))
+        }
+        Err(PlaceError::Unusable(reason)) => {
             skipped.push(Skipped {
                 location: "memfd".to_owned(),
                 reason,
@@ -514,47 +586,60 @@ fn place(
     }
 }
 
-fn place_in_dir(dir: &StubDir, provider: &str, image: &elf::Image) -> Result<LoadedImage, String> {
-    let pid = sys::current_pid();
-    let name = StubFileName {
-        provider: provider.to_owned(),
-        process: ProcessKey::current(),
-        generation: GENERATION.fetch_add(1, Ordering::Relaxed),
-    }
-    .to_string();
-    let path = dir.path().join(&name);
-    let file = match dir.create(&name) {
-        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
-            // Our key and generation, but not our file: left by an earlier
-            // process that had the same pid in the same namespace. It is stale.
-            dir.remove(&name)
-                .map_err(|err| format!("cannot remove stale {name} ({err})"))?;
-            dir.create(&name)
+/// How many names `place_in_dir` tries when the ones it picks are taken.
+const NAME_ATTEMPTS: usize = 16;
+
+fn place_in_dir(
+    dir: &Arc<StubDir>,
+    provider: &str,
+    image: &elf::Image,
+) -> Result<LoadedImage, PlaceError> {
+    let process = ProcessKey::current();
+    let mut attempt = 0;
+    let (name, file) = loop {
+        let name = StubFileName {
+            provider: provider.to_owned(),
+            process,
+            generation: GENERATION.fetch_add(1, Ordering::Relaxed),
         }
-        other => other,
-    }
-    .map_err(cannot_write)?;
+        .to_string();
+        attempt += 1;
+        match dir.create_locked(&name, &image.bytes) {
+            Ok(file) => break (name, file),
+            // Our key and generation, but not our file: left by an earlier
+            // process that had the same pid in this namespace. It goes if
+            // provably stale, and otherwise the next generation will do.
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists && attempt < NAME_ATTEMPTS => {
+                if dir.remove_if_unheld(&name) {
+                    match dir.create_locked(&name, &image.bytes) {
+                        Ok(file) => break (name, file),
+                        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
+                        Err(err) => return Err(PlaceError::from_io(err, cannot_write)),
+                    }
+                }
+            }
+            Err(err) => return Err(PlaceError::from_io(err, cannot_write)),
+        }
+    };
+    let file = Arc::new(file);
     owned_files().push(OwnedFile {
-        path: path.clone(),
-        creator: pid,
+        dir: dir.clone(),
+        name: name.clone(),
+        held: file.clone(),
+        creator: sys::current_pid(),
         retired: false,
     });
     let backing = Backing::Stub {
-        dir: dir.path().to_owned(),
+        dir: dir.clone(),
         name,
     };
-    let loaded = file
-        .write_all_at(&image.bytes, 0)
-        .map_err(cannot_write)
-        .and_then(|()| {
-            Library::open(&load_path(&backing, &file))
-                .map_err(|err| format!("cannot load a file from it ({err})"))
-        });
-    match loaded {
+    match Library::open(&load_path(&backing, &file)) {
         Ok(library) => Ok(loaded_image(library, file, backing, image)),
-        Err(reason) => {
-            discard(&backing);
-            Err(reason)
+        Err(err) => {
+            discard(&backing, &file);
+            Err(PlaceError::Unusable(format!(
+                "cannot load a file from it ({err})"
+            )))
         }
     }
 }
@@ -565,17 +650,23 @@ fn cannot_write(err: io::Error) -> String {
     format!("cannot write a file in it ({err})")
 }
 
-fn place_in_memfd(provider: &str, image: &elf::Image) -> Result<LoadedImage, String> {
+fn place_in_memfd(provider: &str, image: &elf::Image) -> Result<LoadedImage, PlaceError> {
     let file = sys::memfd(&format!("static_tracing:{provider}"))
-        .map_err(|err| format!("cannot create one ({err})"))?;
+        .map_err(|err| PlaceError::from_io(err, |err| format!("cannot create one ({err})")))?;
     file.write_all_at(&image.bytes, 0)
-        .map_err(|err| format!("cannot write to it ({err})"))?;
+        .map_err(|err| PlaceError::Unusable(format!("cannot write to it ({err})")))?;
+    let file = Arc::new(file);
     let library = Library::open(&load_path(&Backing::Memfd, &file))
-        .map_err(|err| format!("cannot load it ({err})"))?;
+        .map_err(|err| PlaceError::Unusable(format!("cannot load it ({err})")))?;
     Ok(loaded_image(library, file, Backing::Memfd, image))
 }
 
-fn loaded_image(library: Library, file: File, backing: Backing, image: &elf::Image) -> LoadedImage {
+fn loaded_image(
+    library: Library,
+    file: Arc<File>,
+    backing: Backing,
+    image: &elf::Image,
+) -> LoadedImage {
     let tracked = sys::track_mapped_file(&file);
     LoadedImage {
         base: library.base(),

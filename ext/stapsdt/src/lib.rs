@@ -10,6 +10,8 @@
 //! Nothing here knows about Ruby.
 
 pub mod arch;
+#[cfg(unix)]
+pub mod descriptors;
 pub mod elf;
 #[cfg(unix)]
 pub mod image;

@@ -1,26 +1,63 @@
 //! The private directory stub files are written to.
 //!
 //! Candidates, in order: `$STATIC_TRACING_DIR`, `$XDG_RUNTIME_DIR/static_tracing`,
-//! `/tmp/static_tracing-<uid>`. A candidate is used only if it is a real
+//! `/tmp/static_tracing-<uid>`. A candidate is used only if its path holds
+//! no control character (see [`control_character_in`]) and it is a real
 //! directory (not a symbolic link), owned by this process's user, private
 //! (no group or other permissions) and not on a `noexec` mount. Files are
-//! created exclusively inside it, by name relative to the opened directory,
-//! so nothing is ever written through a link.
+//! created, opened and removed only by name relative to the directory
+//! descriptor opened and checked then, so nothing is ever written or
+//! removed through a link, even if the path later leads elsewhere.
+//!
+//! Several processes share a directory, maybe from different pid namespaces
+//! (containers sharing a volume), where pids mean nothing. So each file
+//! says which process made it (see [`ProcessKey`]), and the process holds
+//! a lock on it for life (see [`StubDir::create_locked`]): a file nobody
+//! holds a lock on is stale, whoever made it.
 
+use crate::descriptors::PlaceError;
 use crate::names;
 use crate::sys;
 use std::ffi::OsString;
 use std::fs::{DirBuilder, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
 
 /// A directory stubs may go to, and the setting that named it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Candidate {
     pub path: PathBuf,
     pub origin: &'static str,
+}
+
+impl Candidate {
+    /// The candidate as a warning names it: path and setting, with any
+    /// control character in the path escaped.
+    pub fn location(&self) -> String {
+        let path = if control_character_in(&self.path).is_some() {
+            format!("{:?}", self.path)
+        } else {
+            self.path.display().to_string()
+        };
+        format!("{path} ({})", self.origin)
+    }
+}
+
+/// The rule for a stub directory's path, which the `static-tracing` command
+/// applies too: it must not hold a control character (a byte 0x00 to 0x1f,
+/// or 0x7f). Tracers name a stub by its path, and `/proc/PID/maps`, where
+/// they find it, escapes such a byte (a newline shows as `\012`), so no
+/// tracer could attach to a stub there. Returns the first such byte.
+pub fn control_character_in(path: &Path) -> Option<u8> {
+    path.as_os_str()
+        .as_bytes()
+        .iter()
+        .copied()
+        .find(|byte| byte.is_ascii_control())
 }
 
 /// The candidates for this process, from its environment.
@@ -56,96 +93,224 @@ pub fn candidates_from(env: impl Fn(&str) -> Option<OsString>, uid: u32) -> Vec<
     list
 }
 
-/// An opened and checked stub directory.
+/// An opened and checked stub directory. Shared (`Arc`): every file this
+/// process keeps in it is removed through this one descriptor.
 #[derive(Debug)]
 pub struct StubDir {
     path: PathBuf,
     dir: File,
+    /// Device and inode: what makes two opened directories the same one.
+    identity: (u64, u64),
 }
+
+/// The directories opened so far, so that one descriptor serves each.
+static OPENED: Mutex<Vec<Weak<StubDir>>> = Mutex::new(Vec::new());
 
 impl StubDir {
     /// Creates the directory if needed (mode 0700), opens it without
-    /// following a link, and checks it; the error says why it is unusable.
-    pub fn open(path: &Path) -> Result<StubDir, String> {
+    /// following a link, and checks it; the error says why it is unusable,
+    /// or that there was no descriptor to open it with.
+    pub fn open(path: &Path) -> Result<Arc<StubDir>, PlaceError> {
+        if let Some(byte) = control_character_in(path) {
+            return Err(PlaceError::Unusable(format!(
+                "its path holds the control character {byte:#04x}, and tracers cannot name \
+                 a file under such a path (/proc/PID/maps escapes it)"
+            )));
+        }
         match DirBuilder::new().mode(0o700).create(path) {
             Ok(()) => {}
             Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(err) => return Err(format!("cannot create it ({err})")),
+            Err(err) => {
+                return Err(PlaceError::from_io(err, |err| {
+                    format!("cannot create it ({err})")
+                }))
+            }
         }
         let dir = OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(path)
-            .map_err(|err| match err.raw_os_error() {
-                // With O_NOFOLLOW a link is refused as ELOOP, or as ENOTDIR
-                // when O_DIRECTORY is checked first.
-                Some(libc::ELOOP | libc::ENOTDIR) if path.is_symlink() => {
-                    "it is a symbolic link".to_owned()
-                }
-                Some(libc::ENOTDIR) => "it is not a directory".to_owned(),
-                _ => format!("cannot open it ({err})"),
+            .map_err(|err| {
+                PlaceError::from_io(err, |err| match err.raw_os_error() {
+                    // With O_NOFOLLOW a link is refused as ELOOP, or as ENOTDIR
+                    // when O_DIRECTORY is checked first.
+                    Some(libc::ELOOP | libc::ENOTDIR) if path.is_symlink() => {
+                        "it is a symbolic link".to_owned()
+                    }
+                    Some(libc::ENOTDIR) => "it is not a directory".to_owned(),
+                    _ => format!("cannot open it ({err})"),
+                })
             })?;
+        let unusable = PlaceError::Unusable;
         let metadata = dir
             .metadata()
-            .map_err(|err| format!("cannot stat it ({err})"))?;
+            .map_err(|err| unusable(format!("cannot stat it ({err})")))?;
         let uid = sys::effective_uid();
         if metadata.uid() != uid {
-            return Err(format!(
+            return Err(unusable(format!(
                 "it is owned by uid {}, not by this process's uid {uid}",
                 metadata.uid()
-            ));
+            )));
         }
         let mode = metadata.mode() & 0o7777;
         if mode & 0o077 != 0 {
-            return Err(format!(
+            return Err(unusable(format!(
                 "its mode is {mode:04o}: a stub directory must be private to its user (chmod 700 {})",
                 path.display()
-            ));
+            )));
         }
-        if sys::mounted_noexec(&dir).map_err(|err| format!("cannot statvfs it ({err})"))? {
-            return Err("it is on a file system mounted noexec".to_owned());
+        if sys::mounted_noexec(&dir)
+            .map_err(|err| unusable(format!("cannot statvfs it ({err})")))?
+        {
+            return Err(unusable("it is on a file system mounted noexec".to_owned()));
         }
-        Ok(StubDir {
+        let identity = (metadata.dev(), metadata.ino());
+        let mut opened = OPENED
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        opened.retain(|known| known.strong_count() > 0);
+        let known = opened
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|known| known.identity == identity && known.path == path);
+        if let Some(known) = known {
+            return Ok(known);
+        }
+        let opened_now = Arc::new(StubDir {
             path: path.to_owned(),
             dir,
-        })
+            identity,
+        });
+        opened.push(Arc::downgrade(&opened_now));
+        Ok(opened_now)
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    /// Creates a new, empty file (mode 0600); fails if the name is taken.
-    pub fn create(&self, name: &str) -> io::Result<File> {
-        sys::create_exclusive(&self.dir, name, 0o600)
+    /// Whether `other` is this very directory, whatever path led to it.
+    pub fn is(&self, other: &StubDir) -> bool {
+        self.identity == other.identity
+    }
+
+    /// Creates the file `name` (mode 0600) holding `contents`; fails if the
+    /// name is taken. The returned description carries a read lock, which
+    /// marks the file as this process's until the description is closed
+    /// (at exit at the latest, or in a forked child that still holds it).
+    ///
+    /// The file gets its name only once it is locked and written (it is
+    /// made with `O_TMPFILE`, then linked in), so a sweep never sees it
+    /// unheld. Where that cannot be done (no `O_TMPFILE` on the file
+    /// system, no /proc to link by), see [`StubDir::create_named_locked`].
+    pub fn create_locked(&self, name: &str, contents: &[u8]) -> io::Result<File> {
+        match sys::create_unnamed(&self.dir, 0o600) {
+            Ok(unnamed) => {
+                sys::lock_shared(&unnamed)?;
+                unnamed.write_all_at(contents, 0)?;
+                match sys::link_unnamed(&unnamed, &self.dir, name) {
+                    Ok(()) => return self.reopen_locked(name, &unnamed),
+                    Err(err) if err.raw_os_error() == Some(libc::ENOENT) => {}
+                    Err(err) => return Err(err),
+                }
+            }
+            Err(err)
+                if err.kind() == io::ErrorKind::Unsupported
+                    || matches!(
+                        err.raw_os_error(),
+                        Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL)
+                    ) => {}
+            Err(err) => return Err(err),
+        }
+        self.create_named_locked(name, contents)
+    }
+
+    /// A description of the file just linked in as `name` that knows that
+    /// name: one opened on the unnamed file shows in /proc/PID/maps as
+    /// `/dir/#inode (deleted)` for good, where tracers would not find it.
+    /// It is locked before `unnamed` (and its lock) goes.
+    fn reopen_locked(&self, name: &str, unnamed: &File) -> io::Result<File> {
+        let named = sys::open_at(&self.dir, name)?;
+        if !sys::names_file(&self.dir, name, unnamed) || !sys::names_file(&self.dir, name, &named) {
+            return Err(io::Error::other("it was replaced as it was being created"));
+        }
+        sys::lock_shared(&named)?;
+        Ok(named)
+    }
+
+    /// [`StubDir::create_locked`] the old way: the file has its name a
+    /// moment before it has its lock. A sweep in that moment that locks it
+    /// first removes it; then the lock or the check that the name still
+    /// leads to this file fails, and so does this, rather than leave a
+    /// nameless file. The window that remains is the sweep's own (see
+    /// [`StubDir::remove_if_unheld`]).
+    fn create_named_locked(&self, name: &str, contents: &[u8]) -> io::Result<File> {
+        let file = sys::create_exclusive(&self.dir, name, 0o600)?;
+        let ready = sys::lock_shared(&file)
+            .and_then(|()| {
+                if sys::names_file(&self.dir, name, &file) {
+                    Ok(())
+                } else {
+                    Err(io::Error::other(
+                        "another process removed it as it was being created",
+                    ))
+                }
+            })
+            .and_then(|()| file.write_all_at(contents, 0));
+        if let Err(err) = ready {
+            if sys::names_file(&self.dir, name, &file) {
+                let _ = self.remove(name);
+            }
+            return Err(err);
+        }
+        Ok(file)
     }
 
     pub fn remove(&self, name: &str) -> io::Result<()> {
         sys::unlink_at(&self.dir, name)
     }
 
-    /// Replaces the file `name` with `contents` at once: readers see the
-    /// old file or the new one, never a partial one.
-    pub fn replace(&self, name: &str, contents: &[u8]) -> io::Result<()> {
-        let temporary = format!(".{name}.new");
+    /// Replaces the file `name` with one holding `contents` at once: readers
+    /// see the old file or the new one, never a partial one. Returns the new
+    /// file's locked description (see [`StubDir::create_locked`]); the
+    /// caller drops the old one's only after this, so the name never leads
+    /// to an unheld file.
+    pub fn replace(&self, name: &str, contents: &[u8]) -> io::Result<File> {
+        let temporary = temporary_name(name);
         let _ = self.remove(&temporary);
-        let file = self.create(&temporary)?;
-        let written = std::os::unix::fs::FileExt::write_all_at(&file, contents, 0)
-            .and_then(|()| sys::rename_at(&self.dir, &temporary, name));
-        if written.is_err() {
+        let file = self.create_locked(&temporary, contents)?;
+        if let Err(err) = sys::rename_at(&self.dir, &temporary, name) {
             let _ = self.remove(&temporary);
+            return Err(err);
         }
-        written
+        Ok(file)
     }
 
-    /// Whether a process still maps the file: children of its (dead)
-    /// creator hold claims on it (see `crate::image`).
-    fn mapped_by_a_process(&self, name: &str) -> bool {
-        sys::open_at(&self.dir, name).is_ok_and(|file| sys::claimed_by_another_process(&file))
+    /// Removes the entry `name` if it is provably stale: no open file
+    /// description holds a lock on it, so neither its creator nor a forked
+    /// child with a claim on it is alive (see [`StubDir::create_locked`]).
+    /// A symbolic link is never a process's file, and goes too.
+    ///
+    /// The write lock taken here keeps anyone from claiming the file until
+    /// it is gone. Between the check that the name still leads to it and
+    /// the removal, only a process with the same key could put another
+    /// file there: one that reused the pid of the file's dead creator.
+    pub fn remove_if_unheld(&self, name: &str) -> bool {
+        let file = match sys::open_at(&self.dir, name) {
+            Ok(file) => file,
+            Err(err) if err.raw_os_error() == Some(libc::ELOOP) => {
+                return self.remove(name).is_ok();
+            }
+            Err(_) => return false,
+        };
+        file.metadata().is_ok_and(|meta| meta.is_file())
+            && sys::try_lock_exclusive(&file).unwrap_or(false)
+            && sys::names_file(&self.dir, name, &file)
+            && self.remove(name).is_ok()
     }
 
-    /// Removes the stub files of processes that no longer exist (unless a
-    /// surviving child still maps one), once per directory and process.
+    /// Removes the files that processes no longer hold (see
+    /// [`StubDir::remove_if_unheld`]), once per directory and process.
     /// Returns how many it removed.
     pub fn sweep_once(&self) -> usize {
         static SWEPT: Mutex<Vec<(libc::pid_t, PathBuf)>> = Mutex::new(Vec::new());
@@ -166,26 +331,38 @@ impl StubDir {
     }
 
     fn sweep(&self) -> usize {
-        let Ok(entries) = std::fs::read_dir(&self.path) else {
+        // The directory this descriptor is, wherever its path leads now.
+        let by_descriptor = PathBuf::from(format!("/proc/self/fd/{}", self.dir.as_raw_fd()));
+        let Ok(entries) =
+            std::fs::read_dir(&by_descriptor).or_else(|_| std::fs::read_dir(&self.path))
+        else {
             return 0;
         };
-        let mut removed = 0;
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let Some(name) = name.to_str() else { continue };
-            let stale = if let Some(stub) = StubFileName::parse(name) {
-                !sys::process_exists(stub.process.pid) && !self.mapped_by_a_process(name)
-            } else if let Some(key) = state_file_key(name) {
-                !sys::process_exists(key.pid)
-            } else {
-                false
-            };
-            if stale && self.remove(name).is_ok() {
-                removed += 1;
-            }
-        }
-        removed
+        entries
+            .flatten()
+            .filter(|entry| {
+                let name = entry.file_name();
+                name.to_str()
+                    .is_some_and(|name| made_by_a_process(name) && self.remove_if_unheld(name))
+            })
+            .count()
     }
+}
+
+/// Whether `name` is one of the names processes give their files here.
+fn made_by_a_process(name: &str) -> bool {
+    StubFileName::parse(name).is_some()
+        || state_file_key(name).is_some()
+        || name
+            .strip_prefix('.')
+            .and_then(|name| name.strip_suffix(".new"))
+            .and_then(state_file_key)
+            .is_some()
+}
+
+/// The name a file is written under before it replaces `name`.
+fn temporary_name(name: &str) -> String {
+    format!(".{name}.new")
 }
 
 /// `<pid>-<pidns>`: how stub and state file names say which process made

@@ -6,6 +6,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
@@ -139,16 +140,6 @@ pub fn mounted_noexec(fd: &impl AsRawFd) -> io::Result<bool> {
 #[cfg(not(target_os = "linux"))]
 pub fn mounted_noexec(_fd: &impl AsRawFd) -> io::Result<bool> {
     Ok(false)
-}
-
-/// Whether a process with this id exists (it may belong to another user).
-pub fn process_exists(pid: libc::pid_t) -> bool {
-    if pid <= 0 {
-        return false;
-    }
-    // SAFETY: signal 0 only checks whether the process could be signalled.
-    let status = unsafe { libc::kill(pid, 0) };
-    status == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 pub fn current_pid() -> libc::pid_t {
@@ -370,10 +361,11 @@ pub fn create_exclusive(dir: &File, name: &str, mode: libc::mode_t) -> io::Resul
     Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
-/// Opens the file `name` of `dir` for reading, never through a link.
+/// Opens the file `name` of `dir` for reading and writing (a write lock
+/// needs both), never through a link and never waiting on a FIFO.
 pub fn open_at(dir: &File, name: &str) -> io::Result<File> {
     let name = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    let flags = libc::O_RDWR | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
     // SAFETY: valid directory descriptor and C string; the new descriptor is ours.
     let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags) };
     if fd < 0 {
@@ -381,6 +373,142 @@ pub fn open_at(dir: &File, name: &str) -> io::Result<File> {
     }
     // SAFETY: `fd` was just opened and is owned by no one else.
     Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+/// Creates a file in the directory `dir` that has no name yet (`O_TMPFILE`):
+/// it gets one with [`link_unnamed`]. Fails with `EOPNOTSUPP`, `EISDIR` or
+/// `EINVAL` where the file system or kernel cannot do that.
+#[cfg(target_os = "linux")]
+pub fn create_unnamed(dir: &File, mode: libc::mode_t) -> io::Result<File> {
+    let flags = libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC;
+    // SAFETY: valid directory descriptor and C string; the new descriptor is ours.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c".".as_ptr(),
+            flags,
+            libc::c_uint::from(mode),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and is owned by no one else.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn create_unnamed(_dir: &File, _mode: libc::mode_t) -> io::Result<File> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
+}
+
+/// Gives the unnamed `file` (see [`create_unnamed`]) the name `name` in
+/// `dir`; fails with `EEXIST` if the name is taken, and with `ENOENT`
+/// where /proc is not mounted.
+#[cfg(target_os = "linux")]
+pub fn link_unnamed(file: &File, dir: &File, name: &str) -> io::Result<()> {
+    let name = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let source = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: valid descriptors and C strings.
+    let status = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            source.as_ptr(),
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    if status != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn link_unnamed(_file: &File, _dir: &File, _name: &str) -> io::Result<()> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
+}
+
+/// Read-locks the whole of `file` for as long as its open file description
+/// lives (`F_OFD_SETLK`): the mark of a file some live process holds.
+#[cfg(target_os = "linux")]
+pub fn lock_shared(file: &File) -> io::Result<()> {
+    let lock = whole_file_lock(libc::F_RDLCK as libc::c_short);
+    // SAFETY: F_OFD_SETLK reads the struct.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &lock) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Without open file description locks no file is marked as held, and
+/// [`try_lock_exclusive`] never succeeds: nothing is ever swept.
+#[cfg(not(target_os = "linux"))]
+pub fn lock_shared(_file: &File) -> io::Result<()> {
+    Ok(())
+}
+
+/// Write-locks the whole of `file` if no other open file description holds
+/// a lock on it, without waiting. Ok(false) when one does.
+#[cfg(target_os = "linux")]
+pub fn try_lock_exclusive(file: &File) -> io::Result<bool> {
+    let lock = whole_file_lock(libc::F_WRLCK as libc::c_short);
+    // SAFETY: F_OFD_SETLK reads the struct.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &lock) } == 0 {
+        return Ok(true);
+    }
+    let err = io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::EAGAIN | libc::EACCES) => Ok(false),
+        _ => Err(err),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn try_lock_exclusive(_file: &File) -> io::Result<bool> {
+    Ok(false)
+}
+
+/// Whether the entry `name` of `dir` is `file` itself (not a link to it).
+pub fn names_file(dir: &File, name: &str, file: &File) -> bool {
+    let Ok(name) = CString::new(name) else {
+        return false;
+    };
+    let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: valid directory descriptor, C string and out-pointer.
+    let status = unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            stat.as_mut_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if status != 0 {
+        return false;
+    }
+    // SAFETY: fstatat succeeded, so `stat` is initialized.
+    let stat = unsafe { stat.assume_init() };
+    // dev_t and ino_t are not u64 on every Unix.
+    #[allow(clippy::unnecessary_cast)]
+    file.metadata()
+        .is_ok_and(|meta| meta.dev() == stat.st_dev as u64 && meta.ino() == stat.st_ino as u64)
+}
+
+/// This process's limit on open files (`ulimit -n`), if it has one.
+pub fn open_files_limit() -> Option<u64> {
+    let mut limit = std::mem::MaybeUninit::<libc::rlimit>::uninit();
+    // SAFETY: valid out-pointer; getrlimit fills it on success.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, limit.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: getrlimit succeeded, so `limit` is initialized.
+    let limit = unsafe { limit.assume_init() };
+    // rlim_t is not u64 on every Unix.
+    #[allow(clippy::unnecessary_cast)]
+    (limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur as u64)
 }
 
 /// Removes the directory entry `name` of `dir` (a link itself, never its target).

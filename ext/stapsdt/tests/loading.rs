@@ -248,10 +248,10 @@ fn a_directory_owned_by_someone_else_is_refused() {
         let dir = TempDir::new(0o700, true);
         std::os::unix::fs::chown(&dir.0, Some(65534), Some(65534)).unwrap();
         let err = StubDir::open(&dir.0).unwrap_err();
-        assert!(err.contains("owned by uid 65534"), "{err}");
+        assert!(err.to_string().contains("owned by uid 65534"), "{err}");
     } else {
         let err = StubDir::open(Path::new("/")).unwrap_err();
-        assert!(err.contains("owned by uid 0"), "{err}");
+        assert!(err.to_string().contains("owned by uid 0"), "{err}");
     }
 }
 
@@ -283,29 +283,6 @@ fn with_no_usable_directory_a_memfd_is_used() {
         image.site(0).fire(&[0; 6]);
         image.unload();
     }
-}
-
-#[test]
-fn stale_files_of_dead_processes_are_swept() {
-    let dir = TempDir::new(0o700, true);
-    let dead = (1..)
-        .map(|n| 4_000_000 - n)
-        .find(|pid| !Path::new(&format!("/proc/{pid}")).exists())
-        .unwrap();
-    let alive = std::os::unix::process::parent_id();
-    let namespace = ProcessKey::current().pid_namespace;
-    let stale = format!("old-{dead}-{namespace}-3.so");
-    let live = format!("old-{alive}-{namespace}-3.so");
-    let unrelated = "notes.txt";
-    for name in [&stale, &live, &unrelated.to_owned()] {
-        fs::write(dir.0.join(name), b"").unwrap();
-    }
-    let opened = StubDir::open(&dir.0).unwrap();
-    assert_eq!(opened.sweep_once(), 1);
-    assert_eq!(opened.sweep_once(), 0, "once per process and directory");
-    assert!(!dir.0.join(&stale).exists());
-    assert!(dir.0.join(&live).exists(), "the process is alive");
-    assert!(dir.0.join(unrelated).exists(), "not a stub file");
 }
 
 #[test]
@@ -434,7 +411,7 @@ fn the_state_file_is_replaced_whole_moved_when_its_directory_goes_and_swept_when
         "not a state file name"
     );
     let err = publish_state(b"x", &[first.candidate()]).unwrap_err();
-    assert!(err[0].reason.contains("mode is 0755"), "{err:?}");
+    assert!(err.to_string().contains("mode is 0755"), "{err:?}");
 }
 
 /// The stub is loaded through its descriptor, not its path: what the

@@ -15,7 +15,7 @@ use magnus::{
     TypedData,
 };
 use stapsdt::elf::ImageSpec;
-use stapsdt::image::{self, LoadError, LoadedImage, Reloaded, Skipped};
+use stapsdt::image::{self, LoadError, LoadedImage, PublishError, Reloaded, Skipped};
 use stapsdt::names::{self, NameKind};
 use stapsdt::stub_dir;
 use stapsdt::{Arch, ProbeSpec};
@@ -71,7 +71,9 @@ pub fn remove_files_at_exit() -> usize {
     image::remove_files_at_exit()
 }
 
-/// Writes this process's state file; returns its path.
+/// Writes this process's state file; returns its path. The error's message
+/// starts with "no stub directory is usable: " when every directory was
+/// passed over (stubs then go to a memfd), and names the cause otherwise.
 pub fn publish_state(ruby: &Ruby, contents: magnus::RString) -> Result<String, Error> {
     // SAFETY: copied before any other Ruby call.
     let bytes = unsafe { contents.as_slice() }.to_vec();
@@ -81,13 +83,11 @@ pub fn publish_state(ruby: &Ruby, contents: magnus::RString) -> Result<String, E
             internal_probes::state_publish(&path);
             path
         })
-        .map_err(|skipped| {
-            internal_probes::stub_fallback(&skipped);
-            let reasons: Vec<String> = skipped.iter().map(Skipped::to_string).collect();
-            super::errors::base_error(
-                ruby,
-                format!("no stub directory is usable: {}", reasons.join("; ")),
-            )
+        .map_err(|err| {
+            if let PublishError::NowhereUsable(skipped) = &err {
+                internal_probes::stub_fallback(skipped);
+            }
+            super::errors::base_error(ruby, err.to_string())
         })
 }
 
