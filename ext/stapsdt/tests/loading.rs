@@ -447,3 +447,32 @@ fn images_are_loaded_by_descriptor_and_mapped_under_their_real_path() {
     // SAFETY: no site is used afterwards.
     unsafe { image.unload() };
 }
+
+#[test]
+fn a_directory_whose_path_holds_a_control_character_is_refused_and_named_escaped() {
+    use stapsdt::stub_dir::control_character_in;
+    assert_eq!(control_character_in(Path::new("/tmp/a\nb")), Some(b'\n'));
+    assert_eq!(control_character_in(Path::new("/tmp/a\x7fb")), Some(0x7f));
+    assert_eq!(
+        control_character_in(Path::new("/tmp/a\tb\x01")),
+        Some(b'\t')
+    );
+    assert_eq!(control_character_in(Path::new("/tmp/é b~")), None);
+
+    let dir = TempDir::new(0o700, false);
+    let bad = dir.0.join("new\nline");
+    let err = StubDir::open(&bad).unwrap_err();
+    assert!(err.to_string().contains("control character 0x0a"), "{err}");
+    assert!(!bad.exists(), "refused before it is created");
+    let candidate = Candidate {
+        path: bad,
+        origin: "$STATIC_TRACING_DIR",
+    };
+    assert!(
+        candidate
+            .location()
+            .ends_with("new\\nline\" ($STATIC_TRACING_DIR)"),
+        "{}",
+        candidate.location()
+    );
+}
