@@ -58,6 +58,12 @@ pub enum LoadError {
         location: String,
         shortage: DescriptorShortage,
     },
+    /// A reload with fewer probes than the loaded image: images only grow.
+    Shrinks {
+        provider: String,
+        loaded: usize,
+        given: usize,
+    },
 }
 
 impl fmt::Display for LoadError {
@@ -86,6 +92,15 @@ impl fmt::Display for LoadError {
             } => write!(
                 f,
                 "could not load the probes of provider {provider:?}: {shortage} (at {location})"
+            ),
+            LoadError::Shrinks {
+                provider,
+                loaded,
+                given,
+            } => write!(
+                f,
+                "provider {provider:?} has {loaded} probes loaded and cannot be reloaded with \
+                 {given}: a loaded image only grows"
             ),
         }
     }
@@ -298,6 +313,9 @@ impl LoadedImage {
 
     /// Whether another process may map the file as well.
     fn maybe_shared(&self) -> bool {
+        if !sys::fork_handlers_registered() {
+            return true;
+        }
         let (forks, unclaimed) = sys::forks_so_far();
         let (forks_then, unclaimed_then) = self.forks_at_load;
         let blind = if self.tracked {
@@ -328,10 +346,16 @@ impl LoadedImage {
                 })
             }
         };
-        assert!(
-            image.layout.probe_count() >= self.layout.probe_count(),
-            "images only grow"
-        );
+        if image.layout.probe_count() < self.layout.probe_count() {
+            return Err(ReloadError {
+                error: LoadError::Shrinks {
+                    provider: spec.provider.to_owned(),
+                    loaded: self.layout.probe_count(),
+                    given: image.layout.probe_count(),
+                },
+                previous: Some(Box::new(self)),
+            });
+        }
         let new_len = image.bytes.len() as u64;
         let in_place = self.created_here()
             && !self.maybe_shared()
@@ -367,11 +391,11 @@ impl LoadedImage {
             .write_all_at(&image.bytes, 0)
             .map_err(|err| format!("cannot rewrite it ({err})"))
             .and_then(|()| {
-                Library::open(&path).map_err(|err| format!("cannot load it again ({err})"))
+                Library::open_located(&path).map_err(|err| format!("cannot load it again ({err})"))
             });
         match reopened {
-            Ok(library) => Ok(Reloaded::InPlace(LoadedImage {
-                base: library.base(),
+            Ok((library, base)) => Ok(Reloaded::InPlace(LoadedImage {
+                base,
                 library,
                 file,
                 backing,
@@ -633,8 +657,8 @@ fn place_in_dir(
         dir: dir.clone(),
         name,
     };
-    match Library::open(&load_path(&backing, &file)) {
-        Ok(library) => Ok(loaded_image(library, file, backing, image)),
+    match Library::open_located(&load_path(&backing, &file)) {
+        Ok(located) => Ok(loaded_image(located, file, backing, image)),
         Err(err) => {
             discard(&backing, &file);
             Err(PlaceError::Unusable(format!(
@@ -656,20 +680,20 @@ fn place_in_memfd(provider: &str, image: &elf::Image) -> Result<LoadedImage, Pla
     file.write_all_at(&image.bytes, 0)
         .map_err(|err| PlaceError::Unusable(format!("cannot write to it ({err})")))?;
     let file = Arc::new(file);
-    let library = Library::open(&load_path(&Backing::Memfd, &file))
+    let located = Library::open_located(&load_path(&Backing::Memfd, &file))
         .map_err(|err| PlaceError::Unusable(format!("cannot load it ({err})")))?;
-    Ok(loaded_image(library, file, Backing::Memfd, image))
+    Ok(loaded_image(located, file, Backing::Memfd, image))
 }
 
 fn loaded_image(
-    library: Library,
+    (library, base): (Library, usize),
     file: Arc<File>,
     backing: Backing,
     image: &elf::Image,
 ) -> LoadedImage {
     let tracked = sys::track_mapped_file(&file);
     LoadedImage {
-        base: library.base(),
+        base,
         library,
         file,
         backing,

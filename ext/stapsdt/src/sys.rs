@@ -10,7 +10,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
-use std::sync::Once;
+use std::sync::OnceLock;
 
 /// A `dlopen` handle. Closing it is explicit ([`Library::close`]) because
 /// whether it is safe to unmap depends on the caller: see there.
@@ -43,10 +43,24 @@ impl Library {
             .ok_or_else(last_dl_error)
     }
 
-    /// The load bias: what to add to an address of the file to get the
+    /// Loads the shared object at `path` (see [`Library::open`]) and finds
+    /// its load bias: what to add to an address of the file to get the
     /// address in this process.
+    pub fn open_located(path: &Path) -> Result<(Library, usize), String> {
+        let library = Library::open(path)?;
+        match library.base() {
+            Ok(base) => Ok((library, base)),
+            Err(err) => {
+                // SAFETY: just loaded, and nothing was taken from it: no code
+                // of it has run and no pointer into it exists.
+                unsafe { library.close() };
+                Err(err)
+            }
+        }
+    }
+
     #[cfg(target_os = "linux")]
-    pub fn base(&self) -> usize {
+    fn base(&self) -> Result<usize, String> {
         let mut map: *const LinkMapHead = std::ptr::null();
         // SAFETY: RTLD_DI_LINKMAP stores a `struct link_map *` into `map`; the
         // handle is live, and the link map lives as long as the handle.
@@ -57,19 +71,20 @@ impl Library {
                 (&mut map as *mut *const LinkMapHead).cast(),
             )
         };
-        assert!(
-            status == 0 && !map.is_null(),
-            "dlinfo(RTLD_DI_LINKMAP) failed: {}",
-            last_dl_error()
-        );
+        if status != 0 || map.is_null() {
+            return Err(format!(
+                "dlinfo(RTLD_DI_LINKMAP) failed: {}",
+                last_dl_error()
+            ));
+        }
         // SAFETY: `map` points at the loader's live link map (see above).
-        unsafe { (*map).l_addr }
+        Ok(unsafe { (*map).l_addr })
     }
 
     /// Stubs are only loaded on Linux: elsewhere `image` refuses before.
     #[cfg(not(target_os = "linux"))]
-    pub fn base(&self) -> usize {
-        unreachable!("stubs are only loaded on Linux")
+    fn base(&self) -> Result<usize, String> {
+        Err("stubs are only loaded on Linux".to_owned())
     }
 
     /// Unmaps the object.
@@ -275,9 +290,11 @@ extern "C" fn keep_claims_in_child() {
     }
 }
 
-fn register_fork_handlers() {
-    static REGISTER: Once = Once::new();
-    REGISTER.call_once(|| {
+/// Whether the fork handlers are in place (registered on first use). Without
+/// them no fork is seen: every image must be taken as shared.
+pub fn fork_handlers_registered() -> bool {
+    static REGISTERED: OnceLock<bool> = OnceLock::new();
+    *REGISTERED.get_or_init(|| {
         // SAFETY: the handlers touch only atomics and call open, fcntl and close.
         let status = unsafe {
             libc::pthread_atfork(
@@ -286,14 +303,16 @@ fn register_fork_handlers() {
                 Some(keep_claims_in_child),
             )
         };
-        assert_eq!(status, 0, "pthread_atfork failed");
-    });
+        status == 0
+    })
 }
 
 /// Lets future children of this process claim `file`. Returns false if it
-/// could not be tracked (more than 4096 images at once).
+/// could not be tracked (more than 4096 images at once, or no fork handlers).
 pub fn track_mapped_file(file: &File) -> bool {
-    register_fork_handlers();
+    if !fork_handlers_registered() {
+        return false;
+    }
     let fd = file.as_raw_fd();
     TABLES.mapped.iter().any(|slot| {
         slot.compare_exchange(-1, fd, Ordering::SeqCst, Ordering::SeqCst)

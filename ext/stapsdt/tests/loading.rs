@@ -3,7 +3,7 @@
 #![cfg(all(target_os = "linux", not(miri)))]
 
 use stapsdt::elf::ImageSpec;
-use stapsdt::image::{host_spec, LoadedImage, Reloaded};
+use stapsdt::image::{host_spec, LoadError, LoadedImage, Reloaded};
 use stapsdt::site::ProbeSite;
 use stapsdt::stub_dir::{candidates_from, Candidate, ProcessKey, StubDir, StubFileName};
 use stapsdt::{Arch, ArgType, ProbeSpec};
@@ -475,4 +475,30 @@ fn a_directory_whose_path_holds_a_control_character_is_refused_and_named_escaped
         "{}",
         candidate.location()
     );
+}
+
+#[test]
+fn a_reload_with_fewer_probes_is_an_error_and_keeps_the_loaded_image() {
+    let dir = TempDir::new(0o700, true);
+    let probes = probes(&["a", "b"]);
+    let (image, _) = LoadedImage::load(&spec("shrinks", &probes), &[dir.candidate()]).unwrap();
+    let path = image.path();
+    // SAFETY: no site is used while the reload runs.
+    let Err(failed) = (unsafe { image.reload(&spec("shrinks", &probes[..1]), &[dir.candidate()]) })
+    else {
+        panic!("a loaded image was shrunk")
+    };
+    assert_eq!(
+        failed.error,
+        LoadError::Shrinks {
+            provider: "shrinks".into(),
+            loaded: 2,
+            given: 1
+        }
+    );
+    assert!(failed.error.to_string().contains("only grows"));
+    let image = failed.previous.expect("the loaded image is handed back");
+    assert_eq!((image.path(), image.layout().probe_count()), (path, 2));
+    // SAFETY: no site is used afterwards.
+    unsafe { image.unload() };
 }
