@@ -4,7 +4,7 @@ module StaticTracing
   # Process._fork is the one hook every fork goes through (Kernel#fork,
   # Process.fork, IO.popen("-")); Process.daemon forks without it. Either way
   # the new process needs its own signal watcher (the parent's thread did not
-  # survive the fork) and its own `<pid>.state`, in that order: the state
+  # survive the fork) and its own `<pid>-<pidns>.state`, in that order: the state
   # names the signal the process listens to.
   module ForkHook
     # A fork waits for a toggle in progress to finish (STATE_LOCK): a child

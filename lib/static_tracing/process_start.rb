@@ -3,7 +3,7 @@
 module StaticTracing
   # When a process started, in clock ticks since boot: field 22 of
   # /proc/PID/stat. With the pid it names one process for good, as pids are
-  # reused. The gem writes its own into `<pid>.state`; the static-tracing
+  # reused. The gem writes its own into `<pid>-<pidns>.state`; the static-tracing
   # command reads the target's to tell that file from a stale one. Both
   # must read the field the same way.
   module ProcessStart

@@ -154,7 +154,7 @@ module StaticTracing
                 Turns tracing on in process PID, which runs static_tracing in mode signal (the
                 default): sends it its toggle signal (SIGTRAP unless configured otherwise) and waits
                 until it reports tracing on. Does nothing if tracing is on already. Reads what the
-                process publishes about itself (<pid>.state next to its stubs) first, and sends
+                process publishes about itself (<pid>-<pidns>.state next to its stubs) first, and sends
                 nothing to a process that does not listen to a signal.
               TEXT
 
