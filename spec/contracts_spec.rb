@@ -1,0 +1,79 @@
+# frozen_string_literal: true
+
+require "tmpdir"
+require "static_tracing/cli"
+
+# The `static-tracing` command loads none of the extension, so the rules it
+# shares with the gem are written twice: in Rust (ext/stapsdt) and in the
+# command's Ruby. These examples hold the two equal by asking both sides
+# about the same process: where its files are, what they are called, which
+# directories it passes over, which signals may toggle it.
+RSpec.describe "Contracts between the gem and the static-tracing command", :subprocess do
+  around do |example|
+    Dir.mktmpdir("contracts") do |dir|
+      @dir = dir
+      example.run
+    end
+  end
+
+  def private_dir(name)
+    File.join(@dir, name).tap { |path| Dir.mkdir(path, 0o700) }
+  end
+
+  def child(env)
+    ruby_repl(<<~RUBY, env:)
+      $provider = StaticTracing::Provider.register(:contract_app)
+      $provider.add_tracepoint(:hello, Integer)
+      $provider.load
+    RUBY
+  end
+
+  it "names and places the state file and the stubs where the command looks for them" do
+    dir = private_dir("stubs")
+    app = child("STATIC_TRACING_DIR" => dir)
+    state_path = app.evaluate("StaticTracing::State.path")
+    stub_path = app.evaluate("$provider.path")
+
+    process = StaticTracing::CLI::ProcessState.new(app.pid)
+    expect(process.candidates.first.dir).to eq(dir)
+    expect(File.join(dir, process.file_name)).to eq(state_path)
+    expect(process.read&.path).to eq(state_path)
+
+    expect(File.basename(stub_path)).to match(StaticTracing::CLI::Target::STUB_FILE)
+    stubs = StaticTracing::CLI::Target.new(app.pid).stubs
+    expect(stubs.map { |stub| [stub.provider, stub.path] }).to eq([["contract_app", stub_path]])
+  end
+
+  it "passes over the same directories: a control character in a path, a relative $XDG_RUNTIME_DIR" do
+    runtime = private_dir("runtime")
+    { "\n" => 0x0a, "\x1f" => 0x1f, "\x7f" => 0x7f }.each do |character, code|
+      bad = File.join(@dir, "bad#{character}dir")
+      app = child("STATIC_TRACING_DIR" => bad, "XDG_RUNTIME_DIR" => runtime)
+      state_path = app.evaluate("StaticTracing::State.path")
+      expect(File.dirname(state_path)).to eq(File.join(runtime, "static_tracing")), "0x#{code.to_s(16)}"
+
+      process = StaticTracing::CLI::ProcessState.new(app.pid)
+      expect(process.candidates.map(&:dir)).not_to include(bad)
+      expect(process.read&.path).to eq(state_path)
+      app.kill
+    end
+
+    # A space is no control character: both use such a directory.
+    spaced = private_dir("with space")
+    app = child("STATIC_TRACING_DIR" => spaced, "XDG_RUNTIME_DIR" => "relative/runtime")
+    expect(File.dirname(app.evaluate("StaticTracing::State.path"))).to eq(spaced)
+    expect(StaticTracing::CLI::ProcessState.new(app.pid).candidates.map(&:origin))
+      .to eq(%w[$STATIC_TRACING_DIR default])
+  end
+
+  it "accepts as the toggle signal exactly the signals the command will send" do
+    accepted = Signal.list.keys.reject { |name| name == "EXIT" }.select do |name|
+      StaticTracing::Configuration.parse_signal(name, "signal")
+    rescue ArgumentError
+      false
+    end
+    canonical = accepted.map { |name| Signal.signame(Signal.list[name]) }.uniq.sort
+    expect(canonical).to eq(StaticTracing::ToggleSignals::ALLOWED.sort)
+    expect(StaticTracing::Configuration::Modes::SIGNALS.names.sort).to eq(canonical)
+  end
+end
