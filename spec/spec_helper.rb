@@ -20,8 +20,10 @@ RSpec.configure do |config|
   config.include E2E::Helpers, :subprocess
   config.after(:each, :subprocess) { stop_started_processes }
 
-  # Providers registered by an example do not leak into the next one.
+  # Providers registered by an example do not leak into the next one, nor
+  # do the methods it traced into them (its classes may not be collected yet).
   config.after do
     StaticTracing.providers.to_a.each(&:unregister)
+    StaticTracing::MethodTracing.forget_unregistered
   end
 end

@@ -138,6 +138,14 @@ module StaticTracing
         end
       end
 
+      # Forgets the methods whose provider was unregistered: registering its
+      # name again no longer traces them again. For test suites that
+      # unregister every provider between examples, whose classes may not
+      # have been collected yet.
+      def forget_unregistered
+        @lock.synchronize { @orphaned.clear }
+      end
+
       # Called when a provider named +name+ is created.
       def provider_registered(name)
         return if @orphaned.empty?

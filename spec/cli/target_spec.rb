@@ -68,29 +68,24 @@ RSpec.describe StaticTracing::CLI::Target do
     expect(state_of("render")).to have_attributes(attached: false, semaphore: 0)
   end
 
-  it "sees a breakpoint on the probe site as attached" do
-    skip "the breakpoint byte is x86-64's" unless RbConfig::CONFIG["host_cpu"] == "x86_64"
+  # What a tracer leaves on the probe site (x86-64's 5-byte NOP): an int3 on
+  # its first byte, or, where the kernel optimizes uprobes (Linux 6.18+), a
+  # call to its trampoline over all five. Nothing fires the probe while
+  # either is poked there: it would trap, or call nowhere.
+  {
+    "a breakpoint (int3)" => "\xCC".b,
+    "a call to the kernel's trampoline (an optimized uprobe)" => "\xE8\x10\x20\x30\x40".b
+  }.each do |form, bytes|
+    it "sees #{form} on the probe site as attached" do
+      skip "the probe site bytes are x86-64's" unless RbConfig::CONFIG["host_cpu"] == "x86_64"
 
-    tracepoint = web.tracepoints[:request]
-    # Nothing fires the probe while the breakpoint is there: it would trap.
-    poke(address_of(web, "request", :pc), "\xCC".b) do
-      expect(tracepoint.enabled?).to be(true)
-      expect(state_of("request")).to have_attributes(attached: true, semaphore: 0, breakpoint: true)
+      tracepoint = web.tracepoints[:request]
+      poke(address_of(web, "request", :pc), bytes) do
+        expect(tracepoint.enabled?).to be(true)
+        expect(state_of("request")).to have_attributes(attached: true, semaphore: 0, breakpoint: true)
+      end
+      expect(state_of("request")).to have_attributes(attached: false, breakpoint: false)
     end
-    expect(state_of("request")).to have_attributes(attached: false, breakpoint: false)
-  end
-
-  # A kernel that optimizes uprobes (x86-64, Linux 6.18+) replaces the whole
-  # 5-byte NOP with a call to its trampoline: attached as much as an int3.
-  it "sees a probe site rewritten into a call (an optimized uprobe) as attached" do
-    skip "the 5-byte NOP is x86-64's" unless RbConfig::CONFIG["host_cpu"] == "x86_64"
-
-    tracepoint = web.tracepoints[:request]
-    poke(address_of(web, "request", :pc), "\xE8\x10\x20\x30\x40".b) do
-      expect(tracepoint.enabled?).to be(true)
-      expect(state_of("request")).to have_attributes(attached: true, semaphore: 0, breakpoint: true)
-    end
-    expect(state_of("request")).to have_attributes(attached: false, breakpoint: false)
   end
 
   it "forgets a provider once it is unloaded" do
