@@ -79,11 +79,7 @@ impl fmt::Display for LoadError {
                     f,
                     "could not load the probes of provider {provider:?}; tried "
                 )?;
-                for (index, skipped) in tried.iter().enumerate() {
-                    let separator = if index == 0 { "" } else { "; " };
-                    write!(f, "{separator}{skipped}")?;
-                }
-                Ok(())
+                write_tried(f, tried)
             }
             LoadError::OutOfDescriptors {
                 provider,
@@ -108,6 +104,15 @@ impl fmt::Display for LoadError {
 
 impl std::error::Error for LoadError {}
 
+/// The places passed over, `; `-separated, as both errors say them.
+fn write_tried(f: &mut fmt::Formatter<'_>, tried: &[Skipped]) -> fmt::Result {
+    for (index, skipped) in tried.iter().enumerate() {
+        let separator = if index == 0 { "" } else { "; " };
+        write!(f, "{separator}{skipped}")?;
+    }
+    Ok(())
+}
+
 /// Why a state file could not be published.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PublishError {
@@ -125,11 +130,7 @@ impl fmt::Display for PublishError {
         match self {
             PublishError::NowhereUsable(tried) => {
                 f.write_str("no stub directory is usable: ")?;
-                for (index, skipped) in tried.iter().enumerate() {
-                    let separator = if index == 0 { "" } else { "; " };
-                    write!(f, "{separator}{skipped}")?;
-                }
-                Ok(())
+                write_tried(f, tried)
             }
             PublishError::OutOfDescriptors { location, shortage } => {
                 write!(f, "{shortage} (at {location})")

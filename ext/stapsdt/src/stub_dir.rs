@@ -436,17 +436,14 @@ impl StubFileName {
     pub fn parse(name: &str) -> Option<StubFileName> {
         let stem = name.strip_suffix(".so")?;
         let (rest, generation) = stem.rsplit_once('-')?;
-        let (rest, pid_namespace) = rest.rsplit_once('-')?;
-        let (provider, pid) = rest.rsplit_once('-')?;
+        // A provider name holds no '-': what follows its first one is the key.
+        let (provider, process) = rest.split_once('-')?;
         if !names::is_valid(provider) {
             return None;
         }
         Some(StubFileName {
             provider: provider.to_owned(),
-            process: ProcessKey {
-                pid: parse_decimal(pid)?,
-                pid_namespace: parse_decimal(pid_namespace)?,
-            },
+            process: ProcessKey::parse(process)?,
             generation: parse_decimal(generation)?,
         })
     }

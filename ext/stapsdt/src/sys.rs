@@ -221,6 +221,19 @@ fn whole_file_lock(kind: libc::c_short) -> libc::flock {
     lock
 }
 
+/// Takes a lock of `kind` on the whole file behind `fd`, for as long as its
+/// open file description lives (`F_OFD_SETLK`), without waiting. Only
+/// fcntl: safe to call from the fork handlers.
+#[cfg(target_os = "linux")]
+fn set_whole_file_lock(fd: RawFd, kind: libc::c_int) -> io::Result<()> {
+    let lock = whole_file_lock(kind as libc::c_short);
+    // SAFETY: F_OFD_SETLK only reads the struct.
+    if unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &lock) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Opens a new description of the file behind `fd` and read-locks it.
 #[cfg(target_os = "linux")]
 fn open_claim(fd: RawFd) -> Option<RawFd> {
@@ -232,9 +245,8 @@ fn open_claim(fd: RawFd) -> Option<RawFd> {
     if claim < 0 {
         return None;
     }
-    let lock = whole_file_lock(libc::F_RDLCK as libc::c_short);
-    // SAFETY: F_OFD_SETLK reads the struct. Read locks never conflict.
-    if unsafe { libc::fcntl(claim, libc::F_OFD_SETLK, &lock) } != 0 {
+    // Read locks never conflict: this fails only for want of resources.
+    if set_whole_file_lock(claim, libc::F_RDLCK).is_err() {
         // SAFETY: closing the descriptor we just opened.
         unsafe { libc::close(claim) };
         return None;
@@ -454,12 +466,7 @@ pub fn link_unnamed(_file: &File, _dir: &File, _name: &str) -> io::Result<()> {
 /// lives (`F_OFD_SETLK`): the mark of a file some live process holds.
 #[cfg(target_os = "linux")]
 pub fn lock_shared(file: &File) -> io::Result<()> {
-    let lock = whole_file_lock(libc::F_RDLCK as libc::c_short);
-    // SAFETY: F_OFD_SETLK reads the struct.
-    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &lock) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    set_whole_file_lock(file.as_raw_fd(), libc::F_RDLCK)
 }
 
 /// Without open file description locks no file is marked as held, and
@@ -473,15 +480,10 @@ pub fn lock_shared(_file: &File) -> io::Result<()> {
 /// a lock on it, without waiting. Ok(false) when one does.
 #[cfg(target_os = "linux")]
 pub fn try_lock_exclusive(file: &File) -> io::Result<bool> {
-    let lock = whole_file_lock(libc::F_WRLCK as libc::c_short);
-    // SAFETY: F_OFD_SETLK reads the struct.
-    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &lock) } == 0 {
-        return Ok(true);
-    }
-    let err = io::Error::last_os_error();
-    match err.raw_os_error() {
-        Some(libc::EAGAIN | libc::EACCES) => Ok(false),
-        _ => Err(err),
+    match set_whole_file_lock(file.as_raw_fd(), libc::F_WRLCK) {
+        Ok(()) => Ok(true),
+        Err(err) if matches!(err.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => Ok(false),
+        Err(err) => Err(err),
     }
 }
 
