@@ -13,9 +13,11 @@ module StaticTracing
   # received together toggles once, an even number not at all. In a forked
   # (or daemonized) child the thread is started again.
   module SignalToggle
-    # Signals for which Ruby installs a handler of its own that raises
-    # SignalException: taking one of them must not chain to that handler.
-    RUBY_HANDLED = %w[HUP INT QUIT TERM ALRM USR1 USR2].freeze
+    # The toggle signals (see ToggleSignals) for which Ruby installs a
+    # handler of its own that raises SignalException: taking one of them
+    # must not chain to that handler. (Ruby handles HUP, INT, QUIT, TERM and
+    # ALRM too, but none of them can be taken.)
+    RUBY_HANDLED = %w[USR1 USR2].freeze
 
     @lock = Mutex.new
     @signal = nil

@@ -35,9 +35,7 @@ RSpec.describe "static-tracing against a process in its own pid and mount namesp
   before do
     skip "USDT probes are not supported on #{RUBY_PLATFORM}" unless StaticTracing.supported?
     reason = self.class.unavailable_reason or next
-    raise "end-to-end examples are required (STATIC_TRACING_REQUIRE_E2E=1) but cannot run: #{reason}" if E2E.required?
-
-    skip(reason)
+    cannot_run!(reason)
   end
 
   # The Ruby process in the namespaces, and its pid on the host. The gem is

@@ -66,10 +66,7 @@ RSpec.describe "Processes of different pid namespaces sharing a stub directory",
       elsif !system("unshare --pid --fork --mount-proc true", err: File::NULL)
         "unshare --pid --fork --mount-proc does not work here"
       end
-    return unless reason
-    raise "end-to-end examples are required (STATIC_TRACING_REQUIRE_E2E=1) but cannot run: #{reason}" if E2E.required?
-
-    skip(reason)
+    cannot_run!(reason) if reason
   end
 
   def namespaced(before: [])

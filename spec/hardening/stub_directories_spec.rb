@@ -87,10 +87,7 @@ RSpec.describe "Hostile stub directories" do
       elsif Process.euid != 0 then "mounting test file systems needs root (running as uid #{Process.euid})"
       elsif !system("command -v unshare >/dev/null 2>&1") then "unshare (util-linux) is not installed"
       end
-    return unless reason
-    raise "end-to-end examples are required (STATIC_TRACING_REQUIRE_E2E=1) but cannot run: #{reason}" if E2E.required?
-
-    skip(reason)
+    cannot_run!(reason) if reason
   end
 
   def start_child(env = {})

@@ -230,6 +230,12 @@ module E2E
     # STATIC_TRACING_REQUIRE_E2E=1 says it must.
     def require_tracing!
       reason = E2E.unavailable_reason or return
+      cannot_run!(reason)
+    end
+
+    # Skips the example for +reason+, or fails it when
+    # STATIC_TRACING_REQUIRE_E2E=1 says it must run.
+    def cannot_run!(reason)
       raise "end-to-end examples are required (STATIC_TRACING_REQUIRE_E2E=1) but cannot run: #{reason}" if E2E.required?
 
       skip(reason)
