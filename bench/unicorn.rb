@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require "static_tracing/cli"
 require_relative "../spec/support/unicorn"
 
 module Bench
@@ -35,11 +36,11 @@ module Bench
       File.foreach("/proc/#{@worker}/maps").any? { |line| line.include?("static_tracing.so") }
     end
 
-    # The stub file of +provider+ the worker has mapped.
+    # The stub file of +provider+ the worker has mapped, found the way the
+    # static-tracing command finds it.
     def stub_path(provider)
-      pattern = %r{(/\S*/#{provider}-\d+-\d+\.so)$}
-      File.foreach("/proc/#{@worker}/maps").filter_map { |line| line[pattern, 1] }.first or
-        raise "worker #{@worker} has no stub of #{provider} mapped"
+      stub = StaticTracing::CLI::Target.new(@worker).stubs.find { |candidate| candidate.provider == provider }
+      stub&.path or raise "worker #{@worker} has no stub of #{provider} mapped"
     end
 
     # CPU time the worker has run, all its threads, in ns: what a request
