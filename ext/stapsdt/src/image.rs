@@ -11,17 +11,19 @@
 //!
 //! A forked child maps its parent's images too, and rewriting a file under
 //! another process is not safe. A child holds a claim on each such file for
-//! as long as it may map it (see `sys::ForkTables`), so the creator can tell:
+//! as long as it may map it (see [`crate::sys::fork_claims`]), so the creator can tell:
 //! while a claim is held, a grown image goes to a fresh file instead, and an
 //! unloaded one keeps its file until nobody maps it.
 
 use crate::arch::Arch;
 use crate::descriptors::{DescriptorShortage, PlaceError};
 use crate::elf::{self, BuildError, ImageSpec, Layout};
+use crate::owned_files;
 use crate::probe::ProbeSpec;
 use crate::site::ProbeSite;
 use crate::stub_dir::{Candidate, ProcessKey, StubDir, StubFileName};
-use crate::sys::{self, Library};
+use crate::sys::{self, fork_claims, Library};
+use crate::tried::{cannot_write, write_tried};
 use std::fmt;
 use std::fs::File;
 use std::io;
@@ -29,20 +31,12 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-/// A place an image could not go to, and why.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Skipped {
-    pub location: String,
-    pub reason: String,
-}
-
-impl fmt::Display for Skipped {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.location, self.reason)
-    }
-}
+// Where the binding has always found them.
+pub use crate::owned_files::remove_files_at_exit;
+pub use crate::state_file::{publish_state, PublishError};
+pub use crate::tried::Skipped;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LoadError {
@@ -104,43 +98,6 @@ impl fmt::Display for LoadError {
 
 impl std::error::Error for LoadError {}
 
-/// The places passed over, `; `-separated, as both errors say them.
-fn write_tried(f: &mut fmt::Formatter<'_>, tried: &[Skipped]) -> fmt::Result {
-    for (index, skipped) in tried.iter().enumerate() {
-        let separator = if index == 0 { "" } else { "; " };
-        write!(f, "{separator}{skipped}")?;
-    }
-    Ok(())
-}
-
-/// Why a state file could not be published.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PublishError {
-    /// Every candidate was passed over, for these reasons.
-    NowhereUsable(Vec<Skipped>),
-    /// Stopped at `location`: no other directory would have done better.
-    OutOfDescriptors {
-        location: String,
-        shortage: DescriptorShortage,
-    },
-}
-
-impl fmt::Display for PublishError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PublishError::NowhereUsable(tried) => {
-                f.write_str("no stub directory is usable: ")?;
-                write_tried(f, tried)
-            }
-            PublishError::OutOfDescriptors { location, shortage } => {
-                write!(f, "{shortage} (at {location})")
-            }
-        }
-    }
-}
-
-impl std::error::Error for PublishError {}
-
 impl From<BuildError> for LoadError {
     fn from(err: BuildError) -> LoadError {
         LoadError::Build(err)
@@ -152,60 +109,6 @@ impl From<BuildError> for LoadError {
 enum Backing {
     Stub { dir: Arc<StubDir>, name: String },
     Memfd,
-}
-
-/// A file this process created (a stub or its state file), to be removed
-/// when it exits, through the directory descriptor it was created in.
-struct OwnedFile {
-    dir: Arc<StubDir>,
-    name: String,
-    /// The description created with the file, carrying this process's lock
-    /// on it (see `StubDir::create_locked`); for a stub, the image's own.
-    held: Arc<File>,
-    creator: libc::pid_t,
-    /// No longer loaded here, but kept because another process mapped it.
-    retired: bool,
-}
-
-impl OwnedFile {
-    fn path(&self) -> PathBuf {
-        self.dir.path().join(&self.name)
-    }
-}
-
-/// Every file created by this process and not removed yet.
-static OWNED_FILES: Mutex<Vec<OwnedFile>> = Mutex::new(Vec::new());
-static GENERATION: AtomicU64 = AtomicU64::new(0);
-
-/// The files this process owns. A forked child inherits its parent's list:
-/// it forgets those files (the parent removes them) and closes its copies
-/// of their descriptions, so that its parent's state file, say, is not
-/// held for as long as the child lives; the image files it maps stay held
-/// by its images.
-fn owned_files() -> std::sync::MutexGuard<'static, Vec<OwnedFile>> {
-    let mut files = OWNED_FILES
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let pid = sys::current_pid();
-    files.retain(|file| file.creator == pid);
-    files
-}
-
-/// Removes every stub file this process created and still has, except the
-/// ones a forked child still maps: tracers find a child's probes by the
-/// file's name, so it stays until the child is gone too, and the sweep of a
-/// later process removes it. Meant for process exit: mappings stay valid,
-/// only the names go.
-pub fn remove_files_at_exit() -> usize {
-    let mut removed = 0;
-    owned_files().retain(|file| {
-        if sys::claimed_by_another_process(&file.held) {
-            return true;
-        }
-        removed += usize::from(file.dir.remove(&file.name).is_ok());
-        false
-    });
-    removed
 }
 
 /// The spec of an image this process can load: for this machine's
@@ -270,7 +173,16 @@ impl LoadedImage {
         &self.layout
     }
 
-    /// Where probe `index` is in this process.
+    /// Where probe `index` is in this process; None past the last probe.
+    pub fn probe_site(&self, index: usize) -> Option<ProbeSite> {
+        (index < self.layout.probe_count()).then(|| ProbeSite {
+            stub: self.base + self.layout.stub_address(index) as usize,
+            semaphore: self.base + self.layout.semaphore_address(index) as usize,
+        })
+    }
+
+    /// [`LoadedImage::probe_site`] for a probe known to be in the image;
+    /// kept only until the binding calls `probe_site`.
     pub fn site(&self, index: usize) -> ProbeSite {
         assert!(
             index < self.layout.probe_count(),
@@ -314,17 +226,17 @@ impl LoadedImage {
 
     /// Whether another process may map the file as well.
     fn maybe_shared(&self) -> bool {
-        if !sys::fork_handlers_registered() {
+        if !fork_claims::fork_handlers_registered() {
             return true;
         }
-        let (forks, unclaimed) = sys::forks_so_far();
+        let (forks, unclaimed) = fork_claims::forks_so_far();
         let (forks_then, unclaimed_then) = self.forks_at_load;
         let blind = if self.tracked {
             unclaimed != unclaimed_then
         } else {
             forks != forks_then
         };
-        blind || sys::claimed_by_another_process(&self.file)
+        blind || fork_claims::claimed_by_another_process(&self.file)
     }
 
     /// Replaces the image by the one for `spec`, which must extend the
@@ -407,7 +319,7 @@ impl LoadedImage {
                 tracked,
             })),
             Err(reason) => {
-                sys::untrack_mapped_file(&file);
+                fork_claims::untrack_mapped_file(&file);
                 discard(&backing, &file);
                 // The rewrite failed half way; a fresh file elsewhere may still work.
                 match place(spec.provider, &image, candidates) {
@@ -448,11 +360,11 @@ impl LoadedImage {
         let removable = created_here && !self.maybe_shared();
         // SAFETY: the caller's guarantee.
         unsafe { self.library.close() };
-        sys::untrack_mapped_file(&self.file);
+        fork_claims::untrack_mapped_file(&self.file);
         if removable {
             discard(&self.backing, &self.file);
         } else if created_here {
-            retire(&self.file);
+            owned_files::retire(&self.file);
         }
     }
 }
@@ -482,85 +394,8 @@ fn discard(backing: &Backing, file: &Arc<File>) {
     if let Backing::Stub { dir, name } = backing {
         // If the name is already gone there is nothing left to do.
         let _ = dir.remove(name);
-        owned_files().retain(|owned| !Arc::ptr_eq(&owned.held, file));
+        owned_files::forget(file);
     }
-}
-
-/// Writes `contents` as this process's state file, `<pid>-<pidns>.state`, in
-/// the first usable stub directory: where the `static-tracing` command looks
-/// for a process's mode and signal. Returns its path.
-pub fn publish_state(contents: &[u8], candidates: &[Candidate]) -> Result<PathBuf, PublishError> {
-    let name = crate::stub_dir::state_file_name(ProcessKey::current());
-    let mut skipped = Vec::new();
-    for candidate in candidates {
-        let published = StubDir::open(&candidate.path).and_then(|dir| {
-            dir.sweep_once();
-            match dir.replace(&name, contents) {
-                Ok(held) => Ok((dir, held)),
-                Err(err) => Err(PlaceError::from_io(err, cannot_write)),
-            }
-        });
-        match published {
-            Ok((dir, held)) => {
-                let mut files = owned_files();
-                files.retain(|file| {
-                    if file.name != name {
-                        return true;
-                    }
-                    // A copy left in a directory that has become unusable
-                    // would be found first by readers: it goes. The one
-                    // just replaced is gone already; its description (and
-                    // lock) go now that the new one is in place.
-                    if !file.dir.is(&dir) {
-                        let _ = file.dir.remove(&file.name);
-                    }
-                    false
-                });
-                let owned = OwnedFile {
-                    dir,
-                    name,
-                    held: Arc::new(held),
-                    creator: sys::current_pid(),
-                    retired: false,
-                };
-                let path = owned.path();
-                files.push(owned);
-                return Ok(path);
-            }
-            Err(PlaceError::OutOfDescriptors(shortage)) => {
-                return Err(PublishError::OutOfDescriptors {
-                    location: candidate.location(),
-                    shortage,
-                })
-            }
-            Err(PlaceError::Unusable(reason)) => skipped.push(Skipped {
-                location: candidate.location(),
-                reason,
-            }),
-        }
-    }
-    Err(PublishError::NowhereUsable(skipped))
-}
-
-/// Marks a file another process still maps, to be removed once it is free.
-fn retire(file: &Arc<File>) {
-    for owned in owned_files()
-        .iter_mut()
-        .filter(|owned| Arc::ptr_eq(&owned.held, file))
-    {
-        owned.retired = true;
-    }
-}
-
-/// Removes the retired files of this process that nobody maps any more.
-fn remove_free_retired_files() {
-    owned_files().retain(|file| {
-        if !file.retired || sys::claimed_by_another_process(&file.held) {
-            return true;
-        }
-        let _ = file.dir.remove(&file.name);
-        false
-    });
 }
 
 /// Tries each stub directory in turn, then a memfd. Out of descriptors,
@@ -570,7 +405,7 @@ fn place(
     image: &elf::Image,
     candidates: &[Candidate],
 ) -> Result<(LoadedImage, Vec<Skipped>), LoadError> {
-    remove_free_retired_files();
+    owned_files::remove_free_retired_files();
     let mut skipped = Vec::new();
     let out_of_descriptors = |location: String, shortage| LoadError::OutOfDescriptors {
         provider: provider.to_owned(),
@@ -614,6 +449,9 @@ fn place(
 /// How many names `place_in_dir` tries when the ones it picks are taken.
 const NAME_ATTEMPTS: usize = 16;
 
+/// Tells apart the stub files of one process.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
 fn place_in_dir(
     dir: &Arc<StubDir>,
     provider: &str,
@@ -647,13 +485,7 @@ fn place_in_dir(
         }
     };
     let file = Arc::new(file);
-    owned_files().push(OwnedFile {
-        dir: dir.clone(),
-        name: name.clone(),
-        held: file.clone(),
-        creator: sys::current_pid(),
-        retired: false,
-    });
+    owned_files::own(dir, &name, &file);
     let backing = Backing::Stub {
         dir: dir.clone(),
         name,
@@ -667,12 +499,6 @@ fn place_in_dir(
             )))
         }
     }
-}
-
-/// Why a file could not be written in a stub directory. The state file and
-/// the stubs say it in the same words, so that one warning covers both.
-fn cannot_write(err: io::Error) -> String {
-    format!("cannot write a file in it ({err})")
 }
 
 fn place_in_memfd(provider: &str, image: &elf::Image) -> Result<LoadedImage, PlaceError> {
@@ -692,7 +518,7 @@ fn loaded_image(
     backing: Backing,
     image: &elf::Image,
 ) -> LoadedImage {
-    let tracked = sys::track_mapped_file(&file);
+    let tracked = fork_claims::track_mapped_file(&file);
     LoadedImage {
         base,
         library,
@@ -701,7 +527,7 @@ fn loaded_image(
         len: image.bytes.len() as u64,
         layout: image.layout,
         creator: sys::current_pid(),
-        forks_at_load: sys::forks_so_far(),
+        forks_at_load: fork_claims::forks_so_far(),
         tracked,
     }
 }

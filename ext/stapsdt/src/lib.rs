@@ -16,13 +16,18 @@ pub mod elf;
 #[cfg(unix)]
 pub mod image;
 pub mod names;
+#[cfg(unix)]
+pub mod owned_files;
 pub mod probe;
 #[cfg(unix)]
 pub mod site;
 #[cfg(unix)]
+pub mod state_file;
+#[cfg(unix)]
 pub mod stub_dir;
 #[cfg(unix)]
 mod sys;
+pub mod tried;
 
 pub use arch::Arch;
 pub use probe::{ArgType, ProbeSpec, MAX_ARGS};

@@ -28,7 +28,7 @@ fn remove_files_at_exit_removes_what_this_process_created() {
     // The mappings outlive the names, as they do at exit.
     // SAFETY: no thread is inside the stubs; the sites are not used again.
     unsafe {
-        first.site(0).fire(&[0; 6]);
+        first.probe_site(0).unwrap().fire(&[0; 6]);
         first.unload();
         second.unload();
     }

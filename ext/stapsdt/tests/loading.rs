@@ -120,7 +120,7 @@ fn loads_a_real_file_into_a_private_directory_and_fires() {
     assert!(lines.iter().any(|line| line.contains("rw-p")), "{lines:?}");
 
     for index in 0..2 {
-        let site = image.site(index);
+        let site = image.probe_site(index).unwrap();
         assert_eq!(stub_bytes(&site), Arch::host().unwrap().stub());
         // SAFETY: loaded until the unload below.
         unsafe {
@@ -135,12 +135,25 @@ fn loads_a_real_file_into_a_private_directory_and_fires() {
 }
 
 #[test]
+fn a_probe_past_the_last_has_no_site_and_asking_does_not_panic() {
+    let dir = TempDir::new(0o700, true);
+    let probes = probes(&["only"]);
+    let (image, _) =
+        LoadedImage::load(&spec("no_such_probe", &probes), &[dir.candidate()]).unwrap();
+    assert!(image.probe_site(0).is_some());
+    assert_eq!(image.probe_site(1), None);
+    assert_eq!(image.probe_site(usize::MAX), None);
+    // SAFETY: no site is used after this.
+    unsafe { image.unload() };
+}
+
+#[test]
 fn a_raised_semaphore_or_a_breakpoint_means_enabled() {
     let dir = TempDir::new(0o700, true);
     let probes = probes(&["a", "b"]);
     let (image, _) =
         LoadedImage::load(&spec("enabled_check", &probes), &[dir.candidate()]).unwrap();
-    let (a, b) = (image.site(0), image.site(1));
+    let (a, b) = (image.probe_site(0).unwrap(), image.probe_site(1).unwrap());
     // SAFETY: loaded until the unload below; the writes mimic a tracer.
     unsafe {
         *(a.semaphore as *mut u16) = 1;
@@ -166,7 +179,7 @@ fn growing_a_loaded_image_rewrites_the_same_file_and_keeps_offsets() {
     let path = image.path();
     let inode = fs::metadata(&path).unwrap().ino();
     let before: Vec<usize> = (0..2)
-        .map(|i| image.site(i).stub - image.site(0).stub)
+        .map(|i| image.probe_site(i).unwrap().stub - image.probe_site(0).unwrap().stub)
         .collect();
     // SAFETY: the old sites are not used after the reload.
     let reloaded = unsafe { image.reload(&spec("grows", &all), &[dir.candidate()]) };
@@ -180,11 +193,14 @@ fn growing_a_loaded_image_rewrites_the_same_file_and_keeps_offsets() {
         "same inode: attached uprobes survive"
     );
     let after: Vec<usize> = (0..2)
-        .map(|i| image.site(i).stub - image.site(0).stub)
+        .map(|i| image.probe_site(i).unwrap().stub - image.probe_site(0).unwrap().stub)
         .collect();
     assert_eq!(before, after);
     assert_eq!(image.layout().probe_count(), 3);
-    assert_eq!(stub_bytes(&image.site(2)), Arch::host().unwrap().stub());
+    assert_eq!(
+        stub_bytes(&image.probe_site(2).unwrap()),
+        Arch::host().unwrap().stub()
+    );
     assert_eq!(
         mapping_lines(&path)
             .iter()
@@ -195,7 +211,7 @@ fn growing_a_loaded_image_rewrites_the_same_file_and_keeps_offsets() {
     );
     // SAFETY: nothing uses the sites afterwards.
     unsafe {
-        image.site(2).fire(&[0; 6]);
+        image.probe_site(2).unwrap().fire(&[0; 6]);
         image.unload();
     }
 }
@@ -280,7 +296,7 @@ fn with_no_usable_directory_a_memfd_is_used() {
         .any(|line| line.contains("/memfd:static_tracing:in_memory")));
     // SAFETY: loaded until the unload below.
     unsafe {
-        image.site(0).fire(&[0; 6]);
+        image.probe_site(0).unwrap().fire(&[0; 6]);
         image.unload();
     }
 }
@@ -425,7 +441,12 @@ fn images_are_loaded_by_descriptor_and_mapped_under_their_real_path() {
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr only reads the loader's tables for a mapped address.
     assert_ne!(
-        unsafe { libc::dladdr(image.site(0).stub as *const libc::c_void, &mut info) },
+        unsafe {
+            libc::dladdr(
+                image.probe_site(0).unwrap().stub as *const libc::c_void,
+                &mut info,
+            )
+        },
         0
     );
     // SAFETY: dli_fname is the loader's NUL-terminated copy of the name it was given.

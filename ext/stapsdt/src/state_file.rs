@@ -1,0 +1,68 @@
+//! This process's state file, `<pid>-<pidns>.state`, next to its stubs: where
+//! the `static-tracing` command reads a process's mode and toggle signal.
+
+use crate::descriptors::{DescriptorShortage, PlaceError};
+use crate::owned_files;
+use crate::stub_dir::{self, Candidate, ProcessKey, StubDir};
+use crate::tried::{cannot_write, write_tried, Skipped};
+use std::fmt;
+use std::path::PathBuf;
+
+/// Why a state file could not be published.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PublishError {
+    /// Every candidate was passed over, for these reasons.
+    NowhereUsable(Vec<Skipped>),
+    /// Stopped at `location`: no other directory would have done better.
+    OutOfDescriptors {
+        location: String,
+        shortage: DescriptorShortage,
+    },
+}
+
+impl fmt::Display for PublishError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PublishError::NowhereUsable(tried) => {
+                f.write_str("no stub directory is usable: ")?;
+                write_tried(f, tried)
+            }
+            PublishError::OutOfDescriptors { location, shortage } => {
+                write!(f, "{shortage} (at {location})")
+            }
+        }
+    }
+}
+
+impl std::error::Error for PublishError {}
+
+/// Writes `contents` as this process's state file in the first usable stub
+/// directory of `candidates`, replacing the one published before. Returns
+/// its path.
+pub fn publish_state(contents: &[u8], candidates: &[Candidate]) -> Result<PathBuf, PublishError> {
+    let name = stub_dir::state_file_name(ProcessKey::current());
+    let mut skipped = Vec::new();
+    for candidate in candidates {
+        let published = StubDir::open(&candidate.path).and_then(|dir| {
+            dir.sweep_once();
+            match dir.replace(&name, contents) {
+                Ok(held) => Ok((dir, held)),
+                Err(err) => Err(PlaceError::from_io(err, cannot_write)),
+            }
+        });
+        match published {
+            Ok((dir, held)) => return Ok(owned_files::own_only_copy(dir, name, held)),
+            Err(PlaceError::OutOfDescriptors(shortage)) => {
+                return Err(PublishError::OutOfDescriptors {
+                    location: candidate.location(),
+                    shortage,
+                })
+            }
+            Err(PlaceError::Unusable(reason)) => skipped.push(Skipped {
+                location: candidate.location(),
+                reason,
+            }),
+        }
+    }
+    Err(PublishError::NowhereUsable(skipped))
+}
