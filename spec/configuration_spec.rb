@@ -31,9 +31,9 @@ RSpec.describe StaticTracing::Configuration do
   end
 
   describe "Modes" do
-    it "names the three modes, SIGNAL by default" do
-      expect([modes::ON, modes::OFF, modes::SIGNAL]).to eq(%i[on off signal])
-      expect(modes::ALL).to eq(%i[on off signal])
+    it "names the four modes, SIGNAL by default" do
+      expect([modes::ON, modes::OFF, modes::SIGNAL, modes::ATTACH]).to eq(%i[on off signal attach])
+      expect(modes::ALL).to eq(%i[on off signal attach])
       expect(described_class::DEFAULT_MODE).to eq(:signal)
     end
 
@@ -55,8 +55,9 @@ RSpec.describe StaticTracing::Configuration do
 
   describe ".mode=" do
     it "accepts the constants, and their names as Symbols or Strings in any case" do
-      accepted = [modes::ON, modes::OFF, modes::SIGNAL, "on", "OFF", "Signal", :ON, :off, :SIGNAL]
-      accepted.zip(%i[on off signal] * 3).each do |value, mode|
+      accepted = [modes::ON, modes::OFF, modes::SIGNAL, modes::ATTACH, "on", "OFF", "Signal", "Attach",
+                  :ON, :off, :SIGNAL, :ATTACH]
+      accepted.zip(%i[on off signal attach] * 3).each do |value, mode|
         config.mode = value
         expect(config.mode).to eq(mode), "mode = #{value.inspect}"
       end
@@ -67,8 +68,8 @@ RSpec.describe StaticTracing::Configuration do
       [:bogus, "enabled", "", nil, 1, true, ["on"], " on"].each do |value|
         expect { config.mode = value }.to raise_error(
           ArgumentError,
-          "invalid mode #{value.inspect}: valid modes are :on, :off and :signal " \
-          "(StaticTracing::Configuration::Modes::ON, OFF, SIGNAL)"
+          "invalid mode #{value.inspect}: valid modes are :on, :off, :signal and :attach " \
+          "(StaticTracing::Configuration::Modes::ON, OFF, SIGNAL, ATTACH)"
         )
         expect(effective).to eq([:off, "TRAP", nil, 0])
       end
@@ -243,7 +244,7 @@ RSpec.describe StaticTracing::Configuration do
       config.mode = :off
       expect do
         config.configure_from_environment("STATIC_TRACING_MODE" => "bogus", "STATIC_TRACING_SIGNAL" => "USR2")
-      end.to output(/\A[^\n]*STATIC_TRACING_MODE "bogus"[^\n]*:on, :off and :signal[^\n]*default\W+signal\n\z/)
+      end.to output(/\A[^\n]*STATIC_TRACING_MODE "bogus"[^\n]*:on, :off, :signal and :attach[^\n]*default\W+signal\n\z/)
         .to_stderr
       expect(effective).to eq([:signal, "USR2", "USR2", Signal.list["USR2"]])
     end

@@ -112,12 +112,13 @@ RSpec.describe StaticTracing::Provider do
       expect(maps_lines(path)).to be_empty
     end
 
-    it "reloads in place when a tracepoint is added to a loaded provider" do
+    it "reloads in place, on #load, when a tracepoint was added to a loaded provider" do
       provider.add_tracepoint(:first, Integer)
       provider.load
       path = provider.path
       inode = File.stat(path).ino
       provider.add_tracepoint(:second, String)
+      provider.load
       expect(provider.path).to eq(path)
       expect(File.stat(path).ino).to eq(inode)
       expect(notes(path)).to eq([%w[my_app first], %w[my_app second]])

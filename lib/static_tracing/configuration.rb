@@ -12,14 +12,18 @@ module StaticTracing
   # tracepoints are declared. OFF: nothing happens by itself (call
   # StaticTracing.enable!/disable!, or load providers). SIGNAL (the default):
   # off until the process receives the signal, then as ON until it receives
-  # it again. STATIC_TRACING_MODE and STATIC_TRACING_SIGNAL set both when the
-  # gem is loaded.
+  # it again. ATTACH: providers load as their tracepoints are declared, and
+  # a traced method is wrapped only while a tracer is attached to its probe
+  # (within attach_delay of the attach; see Watcher); no signal is taken.
+  # STATIC_TRACING_MODE, STATIC_TRACING_SIGNAL and STATIC_TRACING_ATTACH_DELAY
+  # set them when the gem is loaded.
   module Configuration
     module Modes
       ON = :on
       OFF = :off
       SIGNAL = :signal
-      ALL = [ON, OFF, SIGNAL].freeze
+      ATTACH = :attach
+      ALL = [ON, OFF, SIGNAL, ATTACH].freeze
 
       # The signals that may toggle tracing, as SIGNALS::SIGTRAP => "TRAP"
       # (see ToggleSignals for why only these).
@@ -37,9 +41,14 @@ module StaticTracing
 
     DEFAULT_MODE = Modes::SIGNAL
     DEFAULT_SIGNAL = Modes::SIGNALS::SIGTRAP
+    # Seconds: how long after a tracer attaches its method is wrapped (and
+    # after it leaves, unwrapped), and after a declaration into a loaded
+    # provider the probe can be attached to.
+    DEFAULT_ATTACH_DELAY = 0.1
+    ATTACH_DELAYS = (0.002..60.0)
 
     class << self
-      # The mode: :on, :off or :signal.
+      # The mode: :on, :off, :signal or :attach.
       attr_reader :mode
 
       # The toggle signal's name, e.g. "TRAP".
@@ -58,6 +67,17 @@ module StaticTracing
         apply(@mode, parse_signal(value, "signal"))
       end
 
+      # See DEFAULT_ATTACH_DELAY.
+      def attach_delay
+        @attach_delay || DEFAULT_ATTACH_DELAY
+      end
+
+      # Seconds, from 0.002 to 60 (as a Numeric or a String); takes effect at once.
+      def attach_delay=(value)
+        @attach_delay = parse_attach_delay(value, "attach_delay")
+        Watcher.reconfigure
+      end
+
       # The toggle signal's number.
       def signal_number
         Signal.list.fetch(@signal)
@@ -74,6 +94,11 @@ module StaticTracing
         signal = from_environment(env, "STATIC_TRACING_SIGNAL", DEFAULT_SIGNAL, "SIG#{DEFAULT_SIGNAL}") do |value, name|
           parse_signal(value, name)
         end
+        @attach_delay = from_environment(env, "STATIC_TRACING_ATTACH_DELAY", DEFAULT_ATTACH_DELAY,
+                                         DEFAULT_ATTACH_DELAY) do |value, name|
+          parse_attach_delay(value, name)
+        end
+        Watcher.reconfigure
         apply(mode, signal)
       end
 
@@ -81,8 +106,18 @@ module StaticTracing
         mode = value.to_s.downcase.to_sym if value.is_a?(String) || value.is_a?(Symbol)
         return mode if Modes::ALL.include?(mode)
 
-        raise ArgumentError, "invalid #{setting} #{value.inspect}: valid modes are :on, :off and :signal " \
-                             "(StaticTracing::Configuration::Modes::ON, OFF, SIGNAL)"
+        names = Modes::ALL.map(&:inspect)
+        raise ArgumentError, "invalid #{setting} #{value.inspect}: valid modes are #{names[0..-2].join(", ")} " \
+                             "and #{names.last} (StaticTracing::Configuration::Modes::" \
+                             "#{Modes::ALL.map(&:upcase).join(", ")})"
+      end
+
+      def parse_attach_delay(value, setting)
+        seconds = value.is_a?(Numeric) ? value : Float(value.to_s, exception: false)
+        return seconds.to_f if seconds.is_a?(Numeric) && seconds.real? && ATTACH_DELAYS.cover?(seconds)
+
+        raise ArgumentError, "invalid #{setting} #{value.inspect}: give seconds from #{ATTACH_DELAYS.min} " \
+                             "to #{ATTACH_DELAYS.max}, e.g. 0.1"
       end
 
       def parse_signal(value, setting)
@@ -141,17 +176,13 @@ module StaticTracing
       end
 
       def switch(mode, signal, previous_mode)
-        case mode
-        when Modes::ON
-          SignalToggle.release
-          StaticTracing.enable!
-        when Modes::OFF
-          SignalToggle.release
-          StaticTracing.disable! unless previous_mode == Modes::OFF
-        when Modes::SIGNAL
-          StaticTracing.disable! unless previous_mode == Modes::SIGNAL
-          SignalToggle.take(signal)
-        end
+        Switch.attach_mode = false unless mode == Modes::ATTACH
+        SignalToggle.release unless mode == Modes::SIGNAL
+        return StaticTracing.enable! if mode == Modes::ON
+
+        StaticTracing.disable! unless previous_mode == mode
+        SignalToggle.take(signal) if mode == Modes::SIGNAL
+        Switch.attach_mode = true if mode == Modes::ATTACH
       end
     end
   end
@@ -161,11 +192,16 @@ module StaticTracing
     # is set, and all of them take effect together when the block ends, or
     # none if the block raises.
     class Settings
-      attr_reader :mode, :signal
+      attr_reader :mode, :signal, :attach_delay
 
-      def initialize(mode, signal)
+      def initialize(mode, signal, attach_delay)
         @mode = mode
         @signal = signal
+        @attach_delay = attach_delay
+      end
+
+      def attach_delay=(value)
+        @attach_delay = Configuration.parse_attach_delay(value, "attach_delay")
       end
 
       def mode=(value)
@@ -182,8 +218,9 @@ module StaticTracing
   # StaticTracing.configure { |c| c.mode = ...; c.signal = ... }
   def self.configure
     if block_given?
-      settings = Configuration::Settings.new(Configuration.mode, Configuration.signal)
+      settings = Configuration::Settings.new(Configuration.mode, Configuration.signal, Configuration.attach_delay)
       yield settings
+      Configuration.attach_delay = settings.attach_delay
       Configuration.send(:apply, settings.mode, settings.signal)
     end
     Configuration

@@ -3,9 +3,9 @@
 module StaticTracing
   # Process._fork is the one hook every fork goes through (Kernel#fork,
   # Process.fork, IO.popen("-")); Process.daemon forks without it. Either way
-  # the new process needs its own signal watcher (the parent's thread did not
-  # survive the fork) and its own `<pid>-<pidns>.state`, in that order: the state
-  # names the signal the process listens to.
+  # the new process needs its own signal and attach watchers (the parent's
+  # threads did not survive the fork) and its own `<pid>-<pidns>.state`, in
+  # that order: the state names the signal the process listens to.
   module ForkHook
     # A fork waits for a toggle in progress to finish (STATE_LOCK): a child
     # copies the whole process as it is, and must start with tracing fully
@@ -26,6 +26,7 @@ module StaticTracing
     # come out of the application's fork, in the child.
     def self.start_new_process
       SignalToggle.restart_after_fork
+      Watcher.restart_after_fork
       State.publish
     end
   end

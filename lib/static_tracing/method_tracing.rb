@@ -6,6 +6,7 @@ require_relative "method_tracing/traced_class"
 require_relative "method_tracing/naming"
 require_relative "method_tracing/templates"
 require_relative "method_tracing/class_hooks"
+require_relative "method_tracing/attach_mode"
 
 module StaticTracing
   # Method tracepoints: a Tracepoint fired by a wrapper around one method.
@@ -14,8 +15,9 @@ module StaticTracing
   # `include StackTracer`, `StaticTracing.latency(:name)`, ...). Each method
   # a rule covers is declared as a probe when it is defined, or at once if
   # it already is. Its wrapper, in a module prepended to the class, exists
-  # only while tracing is on (see Switch): when it is off, nothing stands
-  # between callers and the method.
+  # only while tracing is on (see Switch), or in attach mode while a tracer
+  # is attached to its probe (see Watcher): otherwise nothing stands between
+  # callers and the method.
   module MethodTracing
     @lock = StaticTracing::STATE_LOCK
     # Every traced class, weakly: class => TracedClass.
@@ -60,17 +62,8 @@ module StaticTracing
         probes.select { |probe| probe.tracepoint.equal?(tracepoint) }
       end
 
-      # Each probe is armed on its own: one that cannot be (a frozen
-      # class, say) is reported and left out, and all the others are armed.
       def arm_all
-        @lock.synchronize do
-          probes.each do |probe|
-            want(probe, :switch)
-          rescue StandardError, ScriptError => e
-            warn_once([:arm, probe.owner.object_id, probe.method_name],
-                      "static_tracing: not tracing #{probe.label}: #{e.class}: #{e.message}")
-          end
-        end
+        @lock.synchronize { probes.each { |probe| want(probe, :switch) } }
       end
 
       def disarm_all
@@ -78,18 +71,25 @@ module StaticTracing
       end
 
       # Wraps the method of +probe+ and keeps it wrapped (through
-      # redefinitions) until every reason to want it is gone.
+      # redefinitions) until every reason to want it is gone. Only an
+      # explicit want (Tracepoint#load) raises when the wrapper cannot be
+      # made: for the others, each probe is armed on its own, and one that
+      # cannot be (a frozen class, say) is reported once and left out.
       def want(probe, reason)
         @lock.synchronize do
-          reason == :switch ? probe.wanted_by_switch = true : probe.wanted_explicitly = true
+          probe.wanted_by << reason unless probe.wanted_by.include?(reason)
           install(probe)
+        rescue StandardError, ScriptError => e
+          raise if reason == :explicit
+
+          warn_once([:arm, probe.owner.object_id, probe.method_name],
+                    "static_tracing: not tracing #{probe.label}: #{e.class}: #{e.message}")
         end
       end
 
       def unwant(probe, reason)
         @lock.synchronize do
-          reason == :switch ? probe.wanted_by_switch = false : probe.wanted_explicitly = false
-          remove(probe) unless probe.wanted?
+          remove(probe) if probe.wanted_by.delete(reason) && !probe.wanted?
         end
       end
 
@@ -131,6 +131,7 @@ module StaticTracing
             state.probes.delete_if do |_, probe|
               next false unless probe.tracepoint.provider.equal?(provider)
 
+              Watcher.forget(probe.tracepoint)
               remove(probe)
               (@orphaned[provider.name] ||= ObjectSpace::WeakMap.new)[state.owner] = true
             end
@@ -208,8 +209,7 @@ module StaticTracing
 
         provider = rule.provider || default_provider(klass, rule) or return
         tracepoint = StaticTracing::Provider.register(provider).add_tracepoint(probe_name, *TYPES.fetch(rule.kind))
-        probe = state_for(klass).probes[[name, rule.kind]] = MethodProbe.new(klass, name, rule.kind, tracepoint)
-        want(probe, :switch) if Switch.enabled?
+        arm_new(state_for(klass).probes[[name, rule.kind]] = MethodProbe.new(klass, name, rule.kind, tracepoint))
       rescue ArgumentError, FrozenError, StaticTracing::Error => e
         warn_once([klass.object_id, name, rule.kind], "static_tracing: not tracing #{klass}##{name}: #{e.message}")
       end

@@ -45,7 +45,9 @@ module StaticTracing
     # Declares a probe with up to six argument types (Integer, String,
     # Float) and returns its Tracepoint. Declaring the same name with the
     # same types again returns the same Tracepoint. On a loaded provider the
-    # probe can be attached to as soon as this returns.
+    # probe can be attached to at most Configuration.attach_delay (0.1 s)
+    # after this returns, or as soon as #load returns: the stub is rebuilt
+    # once for every probe declared meanwhile, not once per probe.
     def add_tracepoint(name, *types)
       ensure_registered
       string = Names.string(:probe, name)
@@ -66,9 +68,10 @@ module StaticTracing
       @lock.synchronize { @tracepoints.dup.freeze }
     end
 
-    # Generates the provider's stub and loads it, so tracers can attach.
-    # Does nothing (once with a warning) where USDT probes are unsupported.
-    # A provider loaded this way stays loaded when tracing is switched off.
+    # Generates the provider's stub and loads it, so tracers can attach; on
+    # a loaded provider, loads the probes declared since. Does nothing (once
+    # with a warning) where USDT probes are unsupported. A provider loaded
+    # this way stays loaded when tracing is switched off.
     def load
       ensure_registered
       @lock.synchronize do
@@ -134,6 +137,11 @@ module StaticTracing
         _load
         true
       end
+    end
+
+    # Loads the probes declared since the stub was loaded (Switch.declared).
+    def load_declared
+      @lock.synchronize { _load if loaded? && _stale? }
     end
 
     # Unloads the provider for StaticTracing.disable!, unless it was loaded explicitly since.

@@ -5,7 +5,8 @@ require_relative "process_start"
 
 module StaticTracing
   # What this process publishes about its tracing, as `<pid>-<pidns>.state`
-  # next to its stubs: mode, signal and whether tracing is on. The
+  # next to its stubs: mode, signal, whether tracing is on and, in attach
+  # mode, which probes' methods are wrapped now ("armed"). The
   # `static-tracing` command reads it to enable, disable or toggle tracing
   # knowing the state, and never to send a signal the process does not
   # listen to.
@@ -38,6 +39,8 @@ module StaticTracing
           "signal" => signal,
           "signal_number" => signal && Signal.list[signal],
           "enabled" => StaticTracing.enabled?,
+          "armed" => (MethodTracing.armed_by_attach if Switch.attach_mode?),
+          "block_errors" => Blocks.errors,
           "version" => VERSION,
           "ruby" => RUBY_VERSION
         }

@@ -14,15 +14,43 @@ module StaticTracing
   # providers loaded as they are declared. Turning it off removes the
   # wrappers and unloads the providers it loaded; a provider loaded with
   # Provider#load stays loaded.
+  #
+  # Attach mode loads providers the same way, and leaves the wrapping of
+  # each method to the tracers attaching to its probe (MethodTracing).
+  #
+  # A probe declared into a loaded provider is loaded with the others
+  # declared with it, at the latest Configuration.attach_delay later (at the
+  # end of a #batch, or by the Watcher), or at once by Provider#load.
   module Switch
     @lock = StaticTracing::STATE_LOCK
     @enabled = false
+    @attach_mode = false
     @loaded_by_switch = {}.compare_by_identity
     @deferred = nil
 
     class << self
       def enabled?
         @enabled
+      end
+
+      def attach_mode?
+        @attach_mode
+      end
+
+      # Set by Configuration for Modes::ATTACH.
+      def attach_mode=(value)
+        @lock.synchronize do
+          return if @attach_mode == value
+
+          @attach_mode = value
+          if value
+            StaticTracing.providers.each { |provider| load_for_tracing(provider) }
+            MethodTracing.watch_all
+          else
+            MethodTracing.unwatch_all
+            unload_for_tracing unless @enabled
+          end
+        end
       end
 
       def enable!
@@ -44,8 +72,7 @@ module StaticTracing
 
           @enabled = false
           MethodTracing.disarm_all
-          @loaded_by_switch.each_key { |provider| provider.send(:unload_for_tracing) }
-          @loaded_by_switch.clear
+          unload_for_tracing unless @attach_mode
           Native.tracing_toggled(false)
           State.publish
           true
@@ -60,10 +87,12 @@ module StaticTracing
       # Called once tracepoints have been declared on +provider+.
       def declared(provider)
         @lock.synchronize do
-          next unless @enabled
+          next unless provider.loaded? || loading?
 
           if @deferred
             @deferred[provider] = true
+          elsif provider.loaded?
+            Watcher.soon([:load_declared, provider], Configuration.attach_delay / 2.0) { load_declared(provider) }
           else
             load_for_tracing(provider)
           end
@@ -82,7 +111,7 @@ module StaticTracing
           ensure
             deferred = @deferred
             @deferred = nil
-            deferred.each_key { |provider| load_for_tracing(provider) } if @enabled
+            deferred.each_key { |provider| provider.loaded? ? load_declared(provider) : load_for_tracing(provider) }
           end
         end
       end
@@ -94,10 +123,27 @@ module StaticTracing
 
       private
 
+      def loading?
+        @enabled || @attach_mode
+      end
+
+      def unload_for_tracing
+        @loaded_by_switch.each_key { |provider| provider.send(:unload_for_tracing) }
+        @loaded_by_switch.clear
+      end
+
+      # A provider that cannot take its new probes now keeps its old ones
+      # loaded and says why; Provider#load tries again.
+      def load_declared(provider)
+        provider.send(:load_declared)
+      rescue StaticTracing::Error => e
+        warn("static_tracing: new probes of provider #{provider.name} not loaded: #{e.message}")
+      end
+
       # A provider that cannot load is reported, and the toggle goes on: the
       # others load, and every view of the state agrees that tracing is on.
       def load_for_tracing(provider)
-        return if provider.tracepoints.empty?
+        return if provider.tracepoints.empty? || !loading?
 
         @loaded_by_switch[provider] = true if provider.send(:load_for_tracing)
       rescue StaticTracing::Error => e

@@ -2,8 +2,10 @@
 //! `lib/static_tracing` builds the public Ruby API. The probe machinery
 //! itself (ELF stubs, loading) is the `stapsdt` crate, which knows no Ruby.
 
+mod attach_watch;
 mod internal_probes;
 mod ruby_api;
+mod site_slot;
 
 use magnus::{Error, Ruby};
 

@@ -11,22 +11,29 @@ module StaticTracing
       end
     end
 
-    # One traced method: its probe, whether its wrapper is wanted (while
-    # tracing is on, or after Tracepoint#load) and whether it is in place.
+    # One traced method: its probe, why its wrapper is wanted (:switch while
+    # tracing is on, :explicit after Tracepoint#load, :attach while a tracer
+    # is attached in attach mode) and whether it is in place.
     class MethodProbe
-      attr_reader :owner, :method_name, :kind, :tracepoint
-      attr_accessor :wanted_by_switch, :wanted_explicitly, :installed
+      attr_reader :owner, :method_name, :kind, :tracepoint, :wanted_by
+      attr_accessor :installed
 
       def initialize(owner, method_name, kind, tracepoint)
         @owner = owner
         @method_name = method_name
         @kind = kind
         @tracepoint = tracepoint
-        @wanted_by_switch = @wanted_explicitly = @installed = false
+        @wanted_by = []
+        @installed = false
       end
 
       def wanted?
-        @wanted_by_switch || @wanted_explicitly
+        !@wanted_by.empty?
+      end
+
+      # Called by the Watcher in attach mode.
+      def attach_changed(attached)
+        attached ? MethodTracing.want(self, :attach) : MethodTracing.unwant(self, :attach)
       end
 
       def installed?

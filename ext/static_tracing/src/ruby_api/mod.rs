@@ -19,6 +19,7 @@ mod receiver;
 mod signals;
 mod tracepoint;
 mod visibility_hooks;
+mod watcher;
 
 use magnus::{value::Lazy, Error, Module, Object, RModule, Ruby};
 use stapsdt::names::NameKind;
@@ -78,5 +79,6 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     provider::init(ruby)?;
     tracepoint::init(ruby)?;
     visibility_hooks::init(ruby)?;
+    watcher::init(ruby)?;
     Ok(())
 }

@@ -6,10 +6,12 @@
 //! held here, so there is nothing to mark.
 
 use super::arguments;
-use super::errors::{argument_error, provider_load_error};
+use super::errors::{argument_error, base_error, provider_load_error};
 use super::root;
-use super::tracepoint::{SiteSlot, Tracepoint};
+use super::tracepoint::Tracepoint;
+use crate::attach_watch;
 use crate::internal_probes;
+use crate::site_slot::SiteSlot;
 use magnus::{
     function, method, prelude::*, typed_data::Obj, DataTypeFunctions, Error, RArray, Ruby, Symbol,
     TypedData,
@@ -19,7 +21,7 @@ use stapsdt::image::{self, LoadError, LoadedImage, PublishError, Reloaded, Skipp
 use stapsdt::names::{self, NameKind};
 use stapsdt::stub_dir;
 use stapsdt::{Arch, ProbeSpec};
-use std::cell::RefCell;
+use std::cell::{Ref, RefCell, RefMut};
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -38,6 +40,9 @@ struct State {
     names: HashSet<String>,
     slots: Vec<Arc<SiteSlot>>,
     image: Option<LoadedImage>,
+    /// Probes were declared since the image was built: the next `_load`
+    /// reloads it with them.
+    stale: bool,
 }
 
 impl Drop for State {
@@ -48,7 +53,9 @@ impl Drop for State {
             // SAFETY: every Tracepoint marks its provider, so when the
             // provider is collected no Tracepoint is left to fire into this
             // image, and the GC runs with the GVL held (see `ruby_api`).
-            unsafe { image.unload() };
+            // The attach watcher only reads slots of watched Tracepoints,
+            // which are gone too, and waits for the lock meanwhile.
+            attach_watch::while_images_change(|| unsafe { image.unload() });
         }
     }
 }
@@ -57,9 +64,13 @@ impl State {
     /// Points every tracepoint at its probe in the current image, or at
     /// nothing when unloaded.
     fn publish_sites(&self) {
-        for (index, slot) in self.slots.iter().enumerate() {
-            slot.set(self.image.as_ref().map(|image| image.site(index)));
-        }
+        publish_sites(&self.slots, self.image.as_ref());
+    }
+}
+
+fn publish_sites(slots: &[Arc<SiteSlot>], image: Option<&LoadedImage>) {
+    for (index, slot) in slots.iter().enumerate() {
+        slot.set(image.map(|image| image.site(index)));
     }
 }
 
@@ -109,9 +120,10 @@ impl Provider {
         image::host_spec(&self.name, probes).ok_or(LoadError::Unsupported)
     }
 
-    /// Adds a probe and returns its new Tracepoint; a loaded provider is
-    /// reloaded so the probe can be attached at once. On any error nothing
-    /// is added. Redeclarations are resolved by the Ruby side.
+    /// Adds a probe and returns its new Tracepoint. A loaded provider is
+    /// not reloaded here: `_load` does it, once for every probe declared
+    /// since (the Ruby side decides when). On any error nothing is added.
+    /// Redeclarations are resolved by the Ruby side.
     fn declare(
         ruby: &Ruby,
         rb_self: Obj<Provider>,
@@ -123,65 +135,78 @@ impl Provider {
         let spec =
             ProbeSpec::new(&name, &types).map_err(|err| argument_error(ruby, err.to_string()))?;
         let slot = Arc::new(SiteSlot::default());
-        let outcome = {
-            let mut state = rb_self.state.borrow_mut();
+        {
+            let mut state = rb_self.state_mut(ruby)?;
             if !state.names.insert(name.clone()) {
-                Err(None)
-            } else {
-                state.probes.push(spec);
-                state.slots.push(slot.clone());
-                let outcome = rb_self.reload_if_loaded(&mut state).map_err(Some);
-                if outcome.is_err() {
-                    state.names.remove(&name);
-                    state.probes.pop();
-                    state.slots.pop();
-                    state.publish_sites();
-                }
-                outcome
+                return Err(argument_error(ruby, format!("{label} is already declared")));
             }
-        };
-        match outcome {
-            Ok(skipped) => {
-                warn_skipped(ruby, skipped)?;
-                Ok(ruby.obj_wrap(Tracepoint::new(rb_self, name, types, slot)))
-            }
-            Err(None) => Err(argument_error(ruby, format!("{label} is already declared"))),
-            Err(Some(err)) => Err(provider_load_error(
-                ruby,
-                format!("{label} could not be added: {err}"),
-            )),
+            state.probes.push(spec);
+            state.slots.push(slot.clone());
+            state.stale |= state.image.is_some();
         }
+        Ok(ruby.obj_wrap(Tracepoint::new(rb_self, name, types, slot)))
     }
 
-    fn reload_if_loaded(&self, state: &mut State) -> Result<Vec<Skipped>, LoadError> {
-        let Some(loaded) = state.image.take() else {
+    fn state(&self, ruby: &Ruby) -> Result<Ref<'_, State>, Error> {
+        self.state.try_borrow().map_err(|_| self.busy(ruby))
+    }
+
+    fn state_mut(&self, ruby: &Ruby) -> Result<RefMut<'_, State>, Error> {
+        self.state.try_borrow_mut().map_err(|_| self.busy(ruby))
+    }
+
+    /// Only reachable if a provider method re-entered another on the same
+    /// thread (they call no Ruby code while changing the state): an error,
+    /// never a panic into Ruby.
+    fn busy(&self, ruby: &Ruby) -> Error {
+        base_error(
+            ruby,
+            format!(
+                "provider {} is being changed by a call that has not returned",
+                self.name
+            ),
+        )
+    }
+
+    /// Rebuilds the loaded image with the probes declared since it was built.
+    fn reload(&self, state: &mut State) -> Result<Vec<Skipped>, LoadError> {
+        let State {
+            probes,
+            slots,
+            image,
+            ..
+        } = state;
+        let Some(loaded) = image.take() else {
             return Ok(Vec::new());
         };
-        // Until the new image is in, no tracepoint may use the old one.
-        for slot in &state.slots {
-            slot.set(None);
-        }
-        let spec = self.spec(&state.probes)?;
-        // SAFETY: see the module docs of `ruby_api`: we hold the GVL, so no
-        // thread is in a stub, and the slots were cleared above.
-        let reloaded = unsafe { loaded.reload(&spec, &stub_dir::candidates()) };
-        let outcome = match reloaded {
-            Ok(Reloaded::InPlace(image)) => {
-                state.image = Some(image);
-                Ok(Vec::new())
-            }
-            Ok(Reloaded::NewFile { image, skipped }) => {
-                state.image = Some(image);
-                Ok(skipped)
-            }
-            Err(failed) => {
-                state.image = failed.previous.map(|previous| *previous);
-                Err(failed.error)
+        let spec = match self.spec(probes) {
+            Ok(spec) => spec,
+            Err(err) => {
+                *image = Some(loaded);
+                return Err(err);
             }
         };
-        state.publish_sites();
+        let outcome = attach_watch::while_images_change(|| {
+            // Until the new image is in, no tracepoint may use the old one.
+            publish_sites(slots, None);
+            // SAFETY: see the module docs of `ruby_api`: we hold the GVL, so
+            // no thread is in a stub, and the slots were cleared above; the
+            // attach watcher waits for the lock held here.
+            let (reloaded, outcome) = match unsafe { loaded.reload(&spec, &stub_dir::candidates()) }
+            {
+                Ok(Reloaded::InPlace(image)) => (Some(image), Ok(Vec::new())),
+                Ok(Reloaded::NewFile { image, skipped }) => (Some(image), Ok(skipped)),
+                Err(failed) => (failed.previous.map(|previous| *previous), Err(failed.error)),
+            };
+            *image = reloaded;
+            publish_sites(slots, image.as_ref());
+            outcome
+        });
         match &outcome {
-            Ok(_) => self.report_loaded(state),
+            Ok(_) => {
+                state.stale = false;
+                self.report_loaded(state);
+            }
             Err(err) => self.report_load_error(err),
         }
         outcome
@@ -206,27 +231,18 @@ impl Provider {
         internal_probes::load_error(&self.name, || err.to_string());
     }
 
-    /// Loads the image if it is not loaded.
+    /// Loads the image if it is not loaded, or reloads it with the probes
+    /// declared since it was.
     fn load(ruby: &Ruby, rb_self: &Provider) -> Result<(), Error> {
         let loaded = {
-            let mut state = rb_self.state.borrow_mut();
+            let mut state = rb_self.state_mut(ruby)?;
             if state.image.is_some() {
-                return Ok(());
-            }
-            let loaded = rb_self
-                .spec(&state.probes)
-                .and_then(|spec| LoadedImage::load(&spec, &stub_dir::candidates()));
-            match loaded {
-                Ok((image, skipped)) => {
-                    state.image = Some(image);
-                    state.publish_sites();
-                    rb_self.report_loaded(&state);
-                    Ok(skipped)
+                if !state.stale {
+                    return Ok(());
                 }
-                Err(err) => {
-                    rb_self.report_load_error(&err);
-                    Err(err)
-                }
+                rb_self.reload(&mut state)
+            } else {
+                rb_self.load_image(&mut state)
             }
         };
         match loaded {
@@ -235,27 +251,58 @@ impl Provider {
         }
     }
 
-    fn unload(&self) {
-        let mut state = self.state.borrow_mut();
-        if let Some(image) = state.image.take() {
-            state.publish_sites();
-            // SAFETY: see the module docs of `ruby_api`; the slots no longer
-            // point into the image.
-            unsafe { image.unload() };
-            internal_probes::provider_unload(&self.name);
+    fn load_image(&self, state: &mut State) -> Result<Vec<Skipped>, LoadError> {
+        let loaded = self
+            .spec(&state.probes)
+            .and_then(|spec| LoadedImage::load(&spec, &stub_dir::candidates()));
+        match loaded {
+            Ok((image, skipped)) => {
+                attach_watch::while_images_change(|| {
+                    state.image = Some(image);
+                    state.publish_sites();
+                });
+                state.stale = false;
+                self.report_loaded(state);
+                Ok(skipped)
+            }
+            Err(err) => {
+                self.report_load_error(&err);
+                Err(err)
+            }
         }
     }
 
-    fn is_loaded(&self) -> bool {
-        self.state.borrow().image.is_some()
+    fn unload(ruby: &Ruby, rb_self: &Provider) -> Result<(), Error> {
+        let mut state = rb_self.state_mut(ruby)?;
+        if let Some(image) = state.image.take() {
+            attach_watch::while_images_change(|| {
+                state.publish_sites();
+                // SAFETY: see the module docs of `ruby_api`; the slots no
+                // longer point into the image, and the attach watcher waits
+                // for the lock held here.
+                unsafe { image.unload() };
+            });
+            state.stale = false;
+            internal_probes::provider_unload(&rb_self.name);
+        }
+        Ok(())
     }
 
-    fn path(&self) -> Option<String> {
-        let state = self.state.borrow();
-        state
+    fn is_loaded(ruby: &Ruby, rb_self: &Provider) -> Result<bool, Error> {
+        Ok(rb_self.state(ruby)?.image.is_some())
+    }
+
+    /// Whether probes declared since the image was loaded await `_load`.
+    fn is_stale(ruby: &Ruby, rb_self: &Provider) -> Result<bool, Error> {
+        Ok(rb_self.state(ruby)?.stale)
+    }
+
+    fn path(ruby: &Ruby, rb_self: &Provider) -> Result<Option<String>, Error> {
+        let state = rb_self.state(ruby)?;
+        Ok(state
             .image
             .as_ref()
-            .map(|image| image.path().display().to_string())
+            .map(|image| image.path().display().to_string()))
     }
 
     fn name_symbol(ruby: &Ruby, rb_self: &Provider) -> Symbol {
@@ -284,6 +331,7 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     class.define_method("_load", method!(Provider::load, 0))?;
     class.define_method("_unload", method!(Provider::unload, 0))?;
     class.define_method("loaded?", method!(Provider::is_loaded, 0))?;
+    class.define_method("_stale?", method!(Provider::is_stale, 0))?;
     class.define_method("path", method!(Provider::path, 0))?;
     // Called by StaticTracing::Switch, which owns the tracing state.
     root(ruby)

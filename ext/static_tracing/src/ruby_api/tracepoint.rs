@@ -5,44 +5,13 @@ use super::errors::{argument_error, type_error};
 use super::provider::Provider;
 use super::receiver::{self, receiver};
 use super::root;
+use crate::site_slot::SiteSlot;
 use magnus::{
     gc::Marker, method, prelude::*, typed_data::Obj, value::Opaque, DataTypeFunctions, Error,
     RArray, Ruby, Symbol, TypedData, Value,
 };
-use stapsdt::site::ProbeSite;
 use stapsdt::ArgType;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-
-/// Where a tracepoint's probe is loaded, if it is: written by its provider
-/// on load, reload and unload, read by `fire` and `enabled?`. A stub address
-/// of 0 means "not loaded". The GVL orders every access (see the module
-/// docs of `ruby_api`), the atomics only make sharing the slot legal.
-#[derive(Default, Debug)]
-pub struct SiteSlot {
-    stub: AtomicUsize,
-    semaphore: AtomicUsize,
-}
-
-impl SiteSlot {
-    pub fn set(&self, site: Option<ProbeSite>) {
-        let site = site.unwrap_or(ProbeSite {
-            stub: 0,
-            semaphore: 0,
-        });
-        self.stub.store(site.stub, Ordering::Relaxed);
-        self.semaphore.store(site.semaphore, Ordering::Relaxed);
-    }
-
-    #[inline]
-    fn get(&self) -> Option<ProbeSite> {
-        let stub = self.stub.load(Ordering::Relaxed);
-        (stub != 0).then(|| ProbeSite {
-            stub,
-            semaphore: self.semaphore.load(Ordering::Relaxed),
-        })
-    }
-}
 
 #[derive(TypedData)]
 #[magnus(class = "StaticTracing::Tracepoint", free_immediately, mark)]
@@ -75,6 +44,11 @@ impl Tracepoint {
             types,
             slot,
         }
+    }
+
+    /// Where this tracepoint's probe is loaded, if it is.
+    pub fn slot(&self) -> &Arc<SiteSlot> {
+        &self.slot
     }
 
     fn from_receiver<'a>(ruby: &Ruby, value: &'a Value) -> Result<&'a Tracepoint, Error> {

@@ -1,0 +1,174 @@
+# frozen_string_literal: true
+
+require "io/wait"
+
+module StaticTracing
+  # The one thread that does tracing's work in the background, started on
+  # first use: it tells listeners when a tracer attaches to or leaves a
+  # watched tracepoint (attach mode arms methods so), and runs work put off
+  # for a moment (loading a burst of declared probes once).
+  #
+  # Noticing an attach is native (see ext/static_tracing/src/attach_watch.rs
+  # for why it polls): a thread of its own reads the semaphores every
+  # half Configuration.attach_delay, without the GVL, and writes to a pipe
+  # only when one changed. This thread waits on the pipe, so Ruby code runs
+  # only then. Calls made between the attach and the change being applied
+  # are not seen.
+  module Watcher
+    @lock = StaticTracing::STATE_LOCK
+    # Watch id => listeners of that tracepoint (weakly, as keys).
+    @listeners = {}
+    # Tracepoint => watch id.
+    @ids = {}.compare_by_identity
+    # Watch id => whether a tracer is attached, as last told.
+    @attached = {}
+    # Key => [deadline, job], run once each.
+    @jobs = {}
+    @thread = nil
+
+    class << self
+      # Tells +listener+ (#attach_changed(attached)) whenever a tracer
+      # attaches to +tracepoint+ or the last one leaves, and at once if one
+      # is attached already. The listener is held weakly.
+      def watch(tracepoint, listener)
+        @lock.synchronize do
+          start
+          id = (@ids[tracepoint] ||= Native.watch_attach(tracepoint))
+          (@listeners[id] ||= ObjectSpace::WeakMap.new)[listener] = true
+          listener.attach_changed(true) if @attached[id]
+        end
+      end
+
+      # Stops telling +listener+ about +tracepoint+; unwatches the
+      # tracepoint when nobody is listening to it any more.
+      def unwatch(tracepoint, listener)
+        @lock.synchronize do
+          id = @ids[tracepoint] or return
+          listeners = @listeners[id]
+          # (WeakMap#delete is Ruby 3.3's: false marks a listener gone.)
+          listeners[listener] = false if listeners&.key?(listener)
+          forget(tracepoint) unless listeners&.each_value&.any?
+        end
+      end
+
+      # Stops watching +tracepoint+ for every listener.
+      def forget(tracepoint)
+        @lock.synchronize do
+          id = @ids.delete(tracepoint) or return
+          Native.unwatch_attach(id)
+          @listeners.delete(id)
+          @attached.delete(id)
+        end
+      end
+
+      # Whether a tracer is attached to +tracepoint+, as last seen (nil when
+      # it is not watched).
+      def attached?(tracepoint)
+        @lock.synchronize do
+          id = @ids[tracepoint]
+          id && @attached.fetch(id, false)
+        end
+      end
+
+      def watching?(tracepoint)
+        @lock.synchronize { @ids.key?(tracepoint) }
+      end
+
+      # Runs the block on this thread within +delay+ seconds, with
+      # STATE_LOCK held. A job already waiting under +key+ is kept (with the
+      # earlier deadline) and the block dropped: a burst asks once.
+      def soon(key, delay, &job)
+        @lock.synchronize do
+          start
+          deadline = now + delay
+          waiting = @jobs[key]
+          @jobs[key] = waiting ? [[waiting.first, deadline].min, waiting.last] : [deadline, job]
+          @pipe[1].write_nonblock(".", exception: false)
+        end
+      end
+
+      # How long the native poller sleeps between scans: half the bound.
+      def period
+        Configuration.attach_delay / 2.0
+      end
+
+      # Called when Configuration.attach_delay changes.
+      def reconfigure
+        @lock.synchronize { Native.configure_attach_watch(@pipe[1].fileno, period) if @thread }
+      end
+
+      # In a forked child the thread did not survive: one is started if
+      # anything is watched or waiting.
+      def restart_after_fork
+        @pipe&.each { |io| io.close unless io.closed? }
+        @thread = @pipe = nil
+        return if @ids.empty? && @jobs.empty?
+
+        @lock.synchronize { start }
+      rescue StandardError => e
+        warn("static_tracing: process #{Process.pid} does not watch for tracers: #{e.class}: #{e.message}")
+      end
+
+      private
+
+      def start
+        return if @thread
+
+        reader, writer = IO.pipe
+        Native.configure_attach_watch(writer.fileno, period)
+        @pipe = [reader, writer]
+        @thread = Thread.new { run(reader) }
+      end
+
+      def run(reader)
+        Thread.current.name = "static_tracing watcher"
+        Thread.current.report_on_exception = false
+        loop do
+          reader.wait_readable(next_wait)
+          reader.read_nonblock(4096, exception: false)
+          @lock.synchronize do
+            changes = Native.attach_changes
+            changes.each { |id, attached| tell(id, attached) }
+            State.publish unless changes.empty?
+            run_due_jobs
+          end
+        end
+      rescue IOError
+        nil # the pipe was closed
+      end
+
+      def next_wait
+        @lock.synchronize do
+          deadline = @jobs.each_value.map(&:first).min
+          deadline && [deadline - now, 0].max
+        end
+      end
+
+      # A listener that fails is said once and does not stop the others.
+      def tell(id, attached)
+        @attached[id] = attached
+        @listeners[id]&.each do |listener, listening|
+          listener.attach_changed(attached) if listening
+        rescue StandardError, ScriptError => e
+          StaticTracing.send(:warn_once, [:listener, listener.object_id],
+                             "static_tracing: #{listener.inspect} could not follow a tracer " \
+                             "#{attached ? "attaching" : "leaving"}: #{e.class}: #{e.message}")
+        end
+      end
+
+      def run_due_jobs
+        due = @jobs.select { |_, (deadline, _)| deadline <= now }
+        due.each_key { |key| @jobs.delete(key) }
+        due.each_value do |(_, job)|
+          job.call
+        rescue StandardError, ScriptError => e
+          warn("static_tracing: background work failed: #{e.class}: #{e.message}")
+        end
+      end
+
+      def now
+        Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      end
+    end
+  end
+end
