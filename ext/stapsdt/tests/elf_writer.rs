@@ -4,7 +4,7 @@
 mod support;
 
 use object::elf;
-use stapsdt::elf::{build, BuildError, ImageSpec, Layout};
+use stapsdt::elf::{build, BuildError, ImageSpec, Layout, MAX_PAGE_SIZE};
 use stapsdt::{Arch, ArgType, ProbeSpec};
 use support::{check, Parsed};
 
@@ -146,6 +146,13 @@ fn rejects_what_it_cannot_write() {
         build(&spec("ok", 3000)).unwrap_err(),
         BuildError::PageSize(3000)
     );
+    // A page size so large that offsets would overflow: refused, no panic.
+    for huge in [MAX_PAGE_SIZE * 2, 1 << 62] {
+        assert_eq!(
+            build(&spec("ok", huge)).unwrap_err(),
+            BuildError::PageSize(huge)
+        );
+    }
     let twice = [one[0].clone(), one[0].clone()];
     let spec = ImageSpec {
         provider: "ok",
