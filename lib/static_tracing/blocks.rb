@@ -14,11 +14,44 @@ module StaticTracing
     # and a call with other types than the declaration's misses and gets
     # the redeclaration error.
     CUSTOM = {} # rubocop:disable Style/MutableConstant -- a registry, filled under STATE_LOCK
+    # The StaticTracing.tracepoint tracepoints whose block has had its
+    # first, unattached, run (see StaticTracing.tracepoint).
+    CHECKED = {}.compare_by_identity
+    # Read on an instance of any class, BasicObject included.
+    KIND_OF = Kernel.instance_method(:kind_of?)
+    CLASS_OF = Kernel.instance_method(:class)
+    # How often, at most, block mistakes republish the state file.
+    PUBLISH_INTERVAL_NS = 1_000_000_000
 
     @latency = Hash.new { |hash, provider| hash[provider] = {} }
     @checked = {}
+    @errors = 0
+    @warned = {}.compare_by_identity
+    @published_at = nil
 
     class << self
+      # Mistakes of StaticTracing.tracepoint blocks made while a tracer was
+      # attached (see there), since the process started: published in the
+      # state file as "block_errors", for `static-tracing list`.
+      attr_reader :errors
+
+      # A StaticTracing.tracepoint block failed (raised, or returned values
+      # its tracepoint refused) while a tracer was attached: counted, said
+      # once per tracepoint, never raised. Returns nil, what the call returns.
+      def mistake(tracepoint, error)
+        first = STATE_LOCK.synchronize do
+          @errors += 1
+          !@warned.key?(tracepoint) && (@warned[tracepoint] = true)
+        end
+        if first
+          warn("static_tracing: the block of StaticTracing.tracepoint(#{tracepoint.provider.name.inspect}, " \
+               "#{tracepoint.name.inspect}) failed while traced, so it fired nothing: #{error.class}: " \
+               "#{error.message} (not raised; counted in block_errors, said once)")
+        end
+        publish_errors
+        nil
+      end
+
       # Checks the names of a latency block while tracing is off, when its
       # probe is not declared, so that a bad name fails at once rather than
       # when tracing is turned on. Once per call site, then a lookup.
@@ -47,11 +80,39 @@ module StaticTracing
         end
       end
 
-      # The provider name of code running with +receiver+ as self.
+      # The provider name of code running with +receiver+ as self (a
+      # BasicObject has neither is_a? nor class of its own).
       def provider_of(receiver)
-        owner = receiver.is_a?(Module) ? receiver : receiver.class
+        owner = KIND_OF.bind_call(receiver, Module) ? receiver : CLASS_OF.bind_call(receiver)
         MethodTracing.provider_name_for(owner) or
           raise ArgumentError, "cannot name a provider after #{owner.inspect}: give one with provider:"
+      end
+
+      # The tracepoint of a latency block, or nil when it is to run untraced:
+      # tracing off (its names still checked), or a non-main Ractor, where
+      # tracing state cannot be read (Ractor::Error) and nothing is traced.
+      def latency_block_tracepoint(provider, name, block)
+        unless Switch.enabled?
+          check_latency_names(provider, name)
+          return nil
+        end
+
+        latency_tracepoint(provider || provider_of(block.binding.receiver), name)
+      rescue Ractor::Error
+        nil
+      end
+
+      private
+
+      # The count reaches the state file at once the first time, then at
+      # most every PUBLISH_INTERVAL_NS: a request that fails a block does
+      # not write a file each time.
+      def publish_errors
+        now = StaticTracing.nsec
+        return if @published_at && now - @published_at < PUBLISH_INTERVAL_NS
+
+        @published_at = now
+        State.publish
       end
     end
   end
@@ -76,19 +137,13 @@ module StaticTracing
         raise ArgumentError, "StaticTracing.latency needs name: and a block, or a method to trace"
       end
 
-      unless Switch.enabled?
-        Blocks.check_latency_names(provider, name)
-        return yield
-      end
-
-      tracepoint = Blocks.latency_tracepoint(provider || Blocks.provider_of(block.binding.receiver), name)
-      return yield unless tracepoint.enabled?
+      tracepoint = Blocks.latency_block_tracepoint(provider, name, block) or return yield
+      started = (tracepoint.latency_start rescue nil) or return yield # rubocop:disable Style/RescueModifier -- see MethodTracing::TEMPLATES
 
       begin
-        started = nsec
         yield
       ensure
-        tracepoint.fire(nsec - started)
+        tracepoint.fire_latency(started)
       end
     end
 
@@ -98,11 +153,24 @@ module StaticTracing
     #     [compute_a_float, describe_something]
     #   end
     #
-    # Declared on first call, with up to six types. The block runs only
-    # while a tracer is attached; what it returns (an Array of the values, or
+    # Declared on first call, with up to six types. While a tracer is
+    # attached the block runs; what it returns (an Array of the values, or
     # the value itself for a one-argument probe) is checked against the
-    # types, fired, and returned. Returns nil, without running the block,
-    # when no tracer is attached.
+    # types, fired, and returned. Returns nil when no tracer is attached.
+    #
+    # The rule for mistakes (a block that raises, or returns a wrong count,
+    # type or value), so that they show in development and tests and never
+    # break a request someone traces in production:
+    #
+    # - The first call of each tracepoint made with no tracer attached runs
+    #   the block once and checks its values without firing: a mistake
+    #   raises there, to the caller, as any code run for the first time
+    #   would. Later unattached calls do not run the block.
+    # - While a tracer is attached a mistake never raises: the call returns
+    #   nil, the mistake is counted (Blocks.errors, "block_errors" in the
+    #   state file, shown by `static-tracing list`) and warned once per
+    #   tracepoint. Only StandardError is caught; break, throw and
+    #   non-standard exceptions go through as from any block.
     # Flat on purpose: this is every block probe's path while unattached.
     # rubocop:disable Metrics/CyclomaticComplexity, Metrics/PerceivedComplexity
     def tracepoint(provider, name, type1 = Blocks::NONE, type2 = Blocks::NONE, type3 = Blocks::NONE, # rubocop:disable Metrics/ParameterLists
@@ -112,17 +180,26 @@ module StaticTracing
       tracepoint = Blocks::CUSTOM[provider]&.[](name)&.[](type1)&.[](type2)&.[](type3)&.[](type4)&.[](type5)
                                                &.[](type6) ||
                    Blocks.declare_custom(provider, name, type1, type2, type3, type4, type5, type6)
-      return nil unless tracepoint.enabled?
+      attached = tracepoint.enabled?
+      return nil unless attached || !Blocks::CHECKED.key?(tracepoint)
 
-      result = yield
-      if Blocks::NONE.equal?(type1)
-        tracepoint.fire
-      elsif result.is_a?(Array)
-        tracepoint.fire(*result)
-      else
-        tracepoint.fire(result)
+      begin
+        result = yield
+        if Blocks::NONE.equal?(type1)
+          tracepoint.fire
+        elsif result.is_a?(Array)
+          tracepoint.fire(*result)
+        else
+          tracepoint.fire(result)
+        end
+      rescue StandardError => e
+        raise unless attached
+
+        return Blocks.mistake(tracepoint, e)
+      ensure
+        Blocks::CHECKED[tracepoint] = true unless attached
       end
-      result
+      attached ? result : nil
     end
     # rubocop:enable Metrics/CyclomaticComplexity, Metrics/PerceivedComplexity
 

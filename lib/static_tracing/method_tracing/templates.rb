@@ -7,18 +7,26 @@ module StaticTracing
     # Wrapper bodies, by kind. %{super} calls the original method with the
     # arguments this call received. When no tracer is attached a wrapper
     # costs the is-enabled check and the return through it, nothing else.
+    # An attached latency wrapper crosses into native code once before the
+    # call (latency_start: the clock if attached, else nil) and once after
+    # (fire_latency: the clock again, and the fire).
+    #
+    # In a non-main Ractor the tracepoint constant cannot be read (it is not
+    # shareable) and the extension cannot be called (it is not Ractor-safe):
+    # the check raises a Ractor::Error there and nowhere else, which the
+    # rescue turns into "not attached", so the call goes through untraced.
     TEMPLATES = {
       latency: <<~'RUBY',
-        return %{super} unless %{tracepoint}.enabled?
-        __static_tracing_started = StaticTracing.nsec
+        __static_tracing_started = (%{tracepoint}.latency_start rescue nil)
+        return %{super} unless __static_tracing_started
         begin
           %{super}
         ensure
-          %{tracepoint}.fire(StaticTracing.nsec - __static_tracing_started)
+          %{tracepoint}.fire_latency(__static_tracing_started)
         end
       RUBY
       stack: <<~'RUBY'
-        return %{super} unless %{tracepoint}.enabled?
+        return %{super} unless (%{tracepoint}.enabled? rescue false)
         %{tracepoint}.fire(StaticTracing::Native.folded_stack(%{label}, 1, StaticTracing::StackTracer.max_bytes))
         %{super}
       RUBY

@@ -5,6 +5,7 @@ use super::errors::{argument_error, type_error};
 use super::provider::Provider;
 use super::receiver::{self, receiver};
 use super::root;
+use super::signals::nsec;
 use crate::site_slot::SiteSlot;
 use magnus::{
     gc::Marker, method, prelude::*, typed_data::Obj, value::Opaque, DataTypeFunctions, Error,
@@ -96,6 +97,47 @@ impl Tracepoint {
         Ok(fire)
     }
 
+    /// `fire_latency(started)`: reads the clock and fires the time since
+    /// `started` (what `latency_start` returned), in nanoseconds, as the
+    /// probe's one Integer argument; returns whether it fired. The second
+    /// half of a timed call's single crossing each way (see `latency_start`).
+    fn fire_latency(ruby: &Ruby, rb_self: Value, started: Value) -> Result<bool, Error> {
+        let now = nsec();
+        let rb_self = Self::from_receiver(ruby, &rb_self)?;
+        if rb_self.types != [ArgType::Int64] {
+            return Err(argument_error(
+                ruby,
+                format!(
+                    "{} is declared {}: fire_latency fires one Integer (Integer)",
+                    rb_self.label,
+                    arguments::signature(&rb_self.types)
+                ),
+            ));
+        }
+        let Some(started) = magnus::Integer::from_value(started).and_then(|i| i.to_i64().ok())
+        else {
+            return Err(type_error(
+                ruby,
+                format!(
+                    "{} fire_latency takes the Integer latency_start returned, got {}",
+                    rb_self.label,
+                    arguments::describe(ruby, started)
+                ),
+            ));
+        };
+        let site = rb_self.slot.get();
+        // SAFETY: as in `fire`: a site in the slot belongs to a loaded image,
+        // kept loaded by the GVL this call holds.
+        let Some(site) = site.filter(|site| unsafe { site.is_enabled() }) else {
+            return Ok(false);
+        };
+        let mut registers = [0u64; 6];
+        registers[0] = now.wrapping_sub(started) as u64;
+        // SAFETY: as above; the only argument is an integer.
+        unsafe { site.fire(&registers) };
+        Ok(true)
+    }
+
     fn name(ruby: &Ruby, rb_self: &Tracepoint) -> Symbol {
         ruby.to_symbol(&rb_self.name)
     }
@@ -121,10 +163,42 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     class.undef_default_alloc_func();
     class.define_method("fire", method!(Tracepoint::fire, -1))?;
     receiver::define_plain_method0(class, c"enabled?", is_enabled);
+    receiver::define_plain_method0(class, c"latency_start", latency_start);
+    class.define_method("fire_latency", method!(Tracepoint::fire_latency, 1))?;
     class.define_method("name", method!(Tracepoint::name, 0))?;
     class.define_method("provider", method!(Tracepoint::provider, 0))?;
     class.define_method("types", method!(Tracepoint::types, 0))?;
     Ok(())
+}
+
+/// Whether a tracer is attached to the probe of `rb_self`, a receiver Ruby
+/// passed to one of our plain methods. Never raises.
+fn attached(rb_self: rb_sys::VALUE) -> bool {
+    // SAFETY: a live VALUE passed by Ruby as the receiver.
+    let value = unsafe { <Value as magnus::rb_sys::FromRawValue>::from_raw(rb_self) };
+    // SAFETY: as in `fire`: a site in the slot belongs to a loaded image,
+    // kept loaded by the GVL this call holds.
+    receiver::<Tracepoint>(&value).is_some_and(|tracepoint| {
+        tracepoint
+            .slot
+            .get()
+            .is_some_and(|site| unsafe { site.is_enabled() })
+    })
+}
+
+/// `Tracepoint#latency_start`: the monotonic clock in nanoseconds when a
+/// tracer is attached to this probe, else nil. With `fire_latency`, a timed
+/// call crosses into native code once before and once after, instead of an
+/// `enabled?` check, two `StaticTracing.nsec` and a `fire`. Cannot raise,
+/// as `enabled?`; the clock value is always a Fixnum (no allocation).
+unsafe extern "C" fn latency_start(rb_self: rb_sys::VALUE) -> rb_sys::VALUE {
+    if !attached(rb_self) {
+        return rb_sys::Qnil as rb_sys::VALUE;
+    }
+    // Monotonic nanoseconds stay far below the Fixnum limit (2^62) for
+    // about 146 years of uptime.
+    let now = nsec();
+    ((now as rb_sys::VALUE) << 1) | rb_sys::FIXNUM_FLAG as rb_sys::VALUE
 }
 
 /// `Tracepoint#enabled?`: whether a tracer is attached to this probe now.
@@ -132,17 +206,7 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
 /// others, and the class has no allocator), so the receiver check cannot
 /// fail; nothing here can raise.
 unsafe extern "C" fn is_enabled(rb_self: rb_sys::VALUE) -> rb_sys::VALUE {
-    // SAFETY: a live VALUE passed by Ruby as the receiver.
-    let value = unsafe { <Value as magnus::rb_sys::FromRawValue>::from_raw(rb_self) };
-    // SAFETY: as in `fire`: a site in the slot belongs to a loaded image,
-    // kept loaded by the GVL this call holds.
-    let enabled = receiver::<Tracepoint>(&value).is_some_and(|tracepoint| {
-        tracepoint
-            .slot
-            .get()
-            .is_some_and(|site| unsafe { site.is_enabled() })
-    });
-    (if enabled {
+    (if attached(rb_self) {
         rb_sys::Qtrue
     } else {
         rb_sys::Qfalse
