@@ -80,6 +80,24 @@ RSpec.describe StaticTracing::Tracepoint do
     end
   end
 
+  describe "#latency_start and #fire_latency" do
+    it "start nothing and fire nothing without a tracer, loaded or not" do
+      tracepoint = described_class.new(:tracepoint_spec_latency, :timed, Integer)
+      expect(tracepoint.latency_start).to be_nil
+      tracepoint.provider.load
+      expect(tracepoint.latency_start).to be_nil
+      expect(tracepoint.fire_latency(StaticTracing.nsec)).to be(false)
+    end
+
+    it "refuse a start that is not an Integer and a tracepoint not declared (Integer)" do
+      timed = described_class.new(:tracepoint_spec_latency, :timed, Integer)
+      expect { timed.fire_latency("12") }.to raise_error(TypeError, /tracepoint_spec_latency:timed.*Integer.*String/)
+      named = described_class.new(:tracepoint_spec_latency, :named, String)
+      expect { named.fire_latency(1) }
+        .to raise_error(ArgumentError, /tracepoint_spec_latency:named.*\(String\).*\(Integer\)/)
+    end
+  end
+
   describe "#load and #unload" do
     it "load makes sure the provider is loaded; unload unloads it" do
       tracepoint = described_class.new(:my_app, :hello)
