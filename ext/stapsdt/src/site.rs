@@ -25,7 +25,8 @@ impl ProbeSite {
         // loaded image (caller's guarantee). The kernel updates it from another
         // context, hence the atomic load.
         let semaphore =
-            unsafe { AtomicU16::from_ptr(self.semaphore as *mut u16) }.load(Ordering::Relaxed);
+            unsafe { AtomicU16::from_ptr(std::ptr::with_exposed_provenance_mut(self.semaphore)) }
+                .load(Ordering::Relaxed);
         semaphore > 0 || !unsafe { self.site_is_nop() }
     }
 
@@ -38,7 +39,12 @@ impl ProbeSite {
         };
         let nop = arch.nop();
         // SAFETY: the stub is at least one instruction long and mapped readable.
-        let site = unsafe { std::slice::from_raw_parts(self.stub as *const u8, nop.len()) };
+        let site = unsafe {
+            std::slice::from_raw_parts(
+                std::ptr::with_exposed_provenance::<u8>(self.stub),
+                nop.len(),
+            )
+        };
         site == nop
     }
 
@@ -58,5 +64,73 @@ impl ProbeSite {
             std::mem::transmute::<*const (), Stub>(std::ptr::with_exposed_provenance(self.stub))
         };
         stub(args[0], args[1], args[2], args[3], args[4], args[5]);
+    }
+}
+
+/// The reads `is_enabled` makes, over heap buffers standing in for a loaded
+/// image: these run under Miri too (`rake cargo:miri`), which checks the
+/// accesses themselves (alignment, bounds, provenance), not just their result.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stub and a semaphore, where the tests can write as a tracer would.
+    struct FakeImage {
+        stub: Vec<u8>,
+        semaphore: Box<AtomicU16>,
+    }
+
+    impl FakeImage {
+        fn new() -> FakeImage {
+            FakeImage {
+                stub: Arch::host().expect("a supported host").stub().to_vec(),
+                semaphore: Box::new(AtomicU16::new(0)),
+            }
+        }
+
+        fn site(&self) -> ProbeSite {
+            ProbeSite {
+                stub: self.stub.as_ptr().expose_provenance(),
+                semaphore: std::ptr::from_ref::<AtomicU16>(&self.semaphore).expose_provenance(),
+            }
+        }
+    }
+
+    #[test]
+    fn a_site_with_its_nop_and_a_zero_semaphore_is_not_enabled() {
+        let image = FakeImage::new();
+        // SAFETY: `image` outlives the call.
+        assert!(!unsafe { image.site().is_enabled() });
+    }
+
+    #[test]
+    fn a_raised_semaphore_means_enabled() {
+        let image = FakeImage::new();
+        image.semaphore.store(1, Ordering::Relaxed);
+        // SAFETY: `image` outlives the call.
+        assert!(unsafe { image.site().is_enabled() });
+        image.semaphore.store(u16::MAX, Ordering::Relaxed);
+        // SAFETY: as above.
+        assert!(unsafe { image.site().is_enabled() });
+    }
+
+    #[test]
+    fn a_breakpoint_on_the_site_means_enabled_with_the_semaphore_untouched() {
+        let mut image = FakeImage::new();
+        image.stub[0] = 0xcc;
+        // SAFETY: `image` outlives the call.
+        assert!(unsafe { image.site().is_enabled() });
+    }
+
+    #[test]
+    fn only_the_nop_is_read_not_the_return_after_it() {
+        let mut image = FakeImage::new();
+        let nop_len = Arch::host().unwrap().nop().len();
+        // What follows the nop does not matter: a tracer only patches the nop.
+        image.stub.truncate(nop_len);
+        image.stub.shrink_to_fit();
+        // SAFETY: `image` outlives the call; Miri fails it if the read
+        // went past the nop.
+        assert!(!unsafe { image.site().is_enabled() });
     }
 }
