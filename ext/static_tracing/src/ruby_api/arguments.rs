@@ -67,7 +67,10 @@ pub fn parse_types(ruby: &Ruby, probe: &str, classes: RArray) -> Result<Vec<ArgT
 }
 
 /// A description of a value for messages: its class, and the value itself
-/// when it is a short core value (no user `#inspect` is ever called).
+/// when it is a short core value (nil, a boolean, a number, a symbol, a
+/// string of at most 40 bytes) whose `#inspect` is at most 40 bytes long.
+/// That `#inspect` is dispatched as usual, so it is the application's own
+/// when it redefined it on a core class or on a String subclass.
 pub fn describe(ruby: &Ruby, value: Value) -> String {
     // SAFETY: the class name is copied before any other Ruby call.
     let class = unsafe { value.classname() }.into_owned();

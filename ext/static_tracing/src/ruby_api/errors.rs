@@ -1,20 +1,65 @@
 //! Exception classes: defined once, in `lib/static_tracing/errors.rb`, and
-//! looked up here on first use.
+//! resolved here when the extension loads, so that raising one later can
+//! neither fail nor panic.
 
 use super::root;
-use magnus::{value::Lazy, Error, ExceptionClass, Module, Ruby};
+use magnus::{value::Opaque, Error, ExceptionClass, Module, Ruby};
+use std::sync::OnceLock;
+
+struct ErrorClasses {
+    base: Opaque<ExceptionClass>,
+    provider_load: Opaque<ExceptionClass>,
+}
+
+static CLASSES: OnceLock<ErrorClasses> = OnceLock::new();
+
+/// Resolves the gem's exception classes; the extension does not load
+/// without them.
+pub fn init(ruby: &Ruby) -> Result<(), Error> {
+    if CLASSES.get().is_some() {
+        return Ok(());
+    }
+    let classes = ErrorClasses {
+        base: resolve(ruby, "Error")?.into(),
+        provider_load: resolve(ruby, "ProviderLoadError")?.into(),
+    };
+    let _ = CLASSES.set(classes);
+    Ok(())
+}
+
+fn resolve(ruby: &Ruby, name: &str) -> Result<ExceptionClass, Error> {
+    let class: ExceptionClass = root(ruby).const_get(name).map_err(|err| {
+        Error::new(
+            ruby.exception_load_error(),
+            format!(
+                "static_tracing: StaticTracing::{name} must be an exception class defined before \
+                 the native extension loads (lib/static_tracing/errors.rb): {err}"
+            ),
+        )
+    })?;
+    // Held for the life of the process, and pinned: the statics above keep
+    // it by address, whatever becomes of the constant.
+    ruby.gc_register_mark_object(class);
+    Ok(class)
+}
+
+/// The class `pick` chooses, or RuntimeError if `init` has not run (it runs
+/// first when the extension loads, so only a broken build gets there).
+fn class(ruby: &Ruby, pick: fn(&ErrorClasses) -> Opaque<ExceptionClass>) -> ExceptionClass {
+    CLASSES
+        .get()
+        .map(|classes| ruby.get_inner(pick(classes)))
+        .unwrap_or_else(|| ruby.exception_runtime_error())
+}
 
 /// `StaticTracing::Error`, the base of the gem's own errors.
 pub fn base_error(ruby: &Ruby, message: String) -> Error {
-    static CLASS: Lazy<ExceptionClass> = Lazy::new(|ruby| root(ruby).const_get("Error").unwrap());
-    Error::new(ruby.get_inner(&CLASS), message)
+    Error::new(class(ruby, |classes| classes.base), message)
 }
 
 /// `StaticTracing::ProviderLoadError`: an image could not be loaded anywhere.
 pub fn provider_load_error(ruby: &Ruby, message: String) -> Error {
-    static CLASS: Lazy<ExceptionClass> =
-        Lazy::new(|ruby| root(ruby).const_get("ProviderLoadError").unwrap());
-    Error::new(ruby.get_inner(&CLASS), message)
+    Error::new(class(ruby, |classes| classes.provider_load), message)
 }
 
 pub fn argument_error(ruby: &Ruby, message: String) -> Error {

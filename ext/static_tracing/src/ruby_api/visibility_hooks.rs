@@ -38,13 +38,17 @@ unsafe extern "C" fn change_visibility(argc: c_int, argv: *const VALUE, module: 
     }
 }
 
-/// `StaticTracing::MethodTracing`, set once at init; it is a constant of
-/// `StaticTracing`, so the GC never frees or moves it.
+/// `StaticTracing::MethodTracing`, set once at init and registered with the
+/// GC as a mark object there: pinned and kept alive, so the address stays
+/// valid even if the constant is removed or the heap compacted. (A constant
+/// alone guarantees neither: `remove_const` drops it, and compaction may
+/// move what only a constant refers to.)
 static NOTIFY_TARGET: AtomicUsize = AtomicUsize::new(0);
 
 pub fn init(ruby: &Ruby) -> Result<(), Error> {
     let tracing: RModule = root(ruby).define_module("MethodTracing")?;
     let hooks = tracing.define_module("VisibilityHooks")?;
+    ruby.gc_register_mark_object(tracing);
     NOTIFY_TARGET.store(tracing.as_raw() as usize, Ordering::Relaxed);
     for name in [c"private", c"protected", c"public", c"module_function"] {
         // SAFETY: a valid module, a NUL-terminated name, and a function with
