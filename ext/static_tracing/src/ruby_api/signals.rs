@@ -1,21 +1,21 @@
-//! The toggle signal, caught with signal-hook-registry.
+//! The toggle signal, caught by a handler of our own, installed with
+//! `sigaction` and given back the same way.
 //!
-//! In signal context the action only counts the signal and writes a byte to
+//! In signal context the handler only counts the signal and writes a byte to
 //! a pipe. A Ruby thread waiting on the pipe (lib/static_tracing/signal_toggle.rb)
 //! takes the count and applies the toggle with the GVL held: no Ruby code
 //! runs in signal context.
 //!
-//! The handler that was installed when the signal is taken keeps running.
-//! The registry chains to the one it found the first time, and never
-//! uninstalls itself; so giving the signal back is done here, by putting
-//! back the disposition found when it was taken. A handler installed in
-//! between (e.g. a `Signal.trap` while tracing was in another mode) is
-//! called from `on_signal`, since the registry does not know about it.
+//! The handler found when the signal is taken keeps running: `on_signal`
+//! calls it first, with the same siginfo and ucontext, the way its flags
+//! say. Giving the signal back puts that handler back, unless another one
+//! replaced ours since (a `Signal.trap`, say), which then stays. Taking the
+//! signal again chains whatever handler is there at that moment.
 
-use libc::c_int;
+use libc::{c_int, c_void, siginfo_t};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, Once};
+use std::sync::{Mutex, OnceLock};
 
 /// The signal that toggles tracing now; 0 when none.
 static ARMED: AtomicI32 = AtomicI32::new(0);
@@ -24,62 +24,71 @@ static RECEIVED: AtomicU64 = AtomicU64::new(0);
 /// Write end of the pipe the Ruby thread waits on; -1 when none.
 static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
 
-/// The handler found over the registry's default when the signal was last
-/// taken, which the registry would not call. Only one signal is taken at a
-/// time; these are written only while the registry's handler is not
-/// installed for `CHAINED_SIGNAL`, so `on_signal` never sees them half set.
+/// The handler `on_signal` calls first for `CHAINED_SIGNAL`. Written only
+/// while `on_signal` is not installed for that signal (see `take`), so it
+/// never sees them half set.
 static CHAINED_SIGNAL: AtomicI32 = AtomicI32::new(0);
 static CHAINED_HANDLER: AtomicUsize = AtomicUsize::new(0);
 static CHAINED_SIGINFO: AtomicBool = AtomicBool::new(false);
 
-struct Registration {
+/// The signal `on_signal` is installed for, and the disposition it
+/// replaced, to put back when the signal is given back.
+struct Taken {
     signal: c_int,
-    /// The disposition the registry found, and chains to, forever.
-    first: libc::sigaction,
-    /// The registry's handler, to reinstall when the signal is taken again.
-    registry: libc::sigaction,
-    /// The disposition found when the signal was last taken, put back when
-    /// it is given back.
-    given_back: libc::sigaction,
+    replaced: libc::sigaction,
 }
 
-// SAFETY: plain C structs of integers and function addresses.
-unsafe impl Send for Registration {}
+// SAFETY: a plain C struct of integers and function addresses.
+unsafe impl Send for Taken {}
 
-static REGISTRATIONS: Mutex<Vec<Registration>> = Mutex::new(Vec::new());
+static TAKEN: Mutex<Option<Taken>> = Mutex::new(None);
+
+/// Signals no handler may take over: uncatchable, or raised by faults that
+/// a handler returning normally would only raise again.
+const FORBIDDEN: [c_int; 5] = [
+    libc::SIGKILL,
+    libc::SIGSTOP,
+    libc::SIGILL,
+    libc::SIGFPE,
+    libc::SIGSEGV,
+];
 
 /// Runs in signal context: only atomics, the chained handler and write(2).
-fn on_signal(signal: c_int, info: &libc::siginfo_t) {
+extern "C" fn on_signal(signal: c_int, info: *mut siginfo_t, context: *mut c_void) {
+    // SAFETY: reading and restoring this thread's errno, which write(2)
+    // below may change under the code the signal interrupted.
+    let errno = unsafe { *libc::__errno_location() };
     if CHAINED_SIGNAL.load(Ordering::SeqCst) == signal {
-        call_chained(signal, info);
+        call_chained(signal, info, context);
     }
-    if ARMED.load(Ordering::SeqCst) != signal {
-        return;
+    if ARMED.load(Ordering::SeqCst) == signal {
+        RECEIVED.fetch_add(1, Ordering::SeqCst);
+        let fd = WAKE_FD.load(Ordering::SeqCst);
+        if fd >= 0 {
+            let byte = 0u8;
+            // SAFETY: writing one byte from a live stack variable; the
+            // descriptor is non-blocking, so a full pipe loses a wake-up
+            // byte, never a count.
+            unsafe { libc::write(fd, (&byte as *const u8).cast(), 1) };
+        }
     }
-    RECEIVED.fetch_add(1, Ordering::SeqCst);
-    let fd = WAKE_FD.load(Ordering::SeqCst);
-    if fd >= 0 {
-        let byte = 0u8;
-        // SAFETY: writing one byte from a live stack variable; the descriptor
-        // is non-blocking, so a full pipe loses a wake-up byte, never a count.
-        unsafe { libc::write(fd, (&byte as *const u8).cast(), 1) };
-    }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
 }
 
-fn call_chained(signal: c_int, info: &libc::siginfo_t) {
+fn call_chained(signal: c_int, info: *mut siginfo_t, context: *mut c_void) {
     let handler = CHAINED_HANDLER.load(Ordering::SeqCst);
     if handler == 0 {
         return;
     }
-    let info = (info as *const libc::siginfo_t).cast_mut();
-    // SAFETY: `handler` is the address of a handler that was installed for
-    // this signal, called the way its flags say. The registry gives its
-    // actions no ucontext to pass on: the handler gets a null one.
+    // SAFETY: `handler` is the address of the handler that was installed
+    // for this signal, called the way its flags say, with the siginfo and
+    // ucontext the kernel gave this call.
     unsafe {
         if CHAINED_SIGINFO.load(Ordering::SeqCst) {
-            let action: extern "C" fn(c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+            let action: extern "C" fn(c_int, *mut siginfo_t, *mut c_void) =
                 std::mem::transmute(handler as *const ());
-            action(signal, info, std::ptr::null_mut());
+            action(signal, info, context);
         } else {
             let action: extern "C" fn(c_int) = std::mem::transmute(handler as *const ());
             action(signal);
@@ -94,6 +103,27 @@ extern "C" fn reset_in_child() {
     WAKE_FD.store(-1, Ordering::SeqCst);
 }
 
+/// Registers `reset_in_child`, once; a failure is remembered and reported
+/// by every `arm`.
+fn child_reset_registered() -> Result<(), String> {
+    static STATUS: OnceLock<c_int> = OnceLock::new();
+    // SAFETY: the handler only stores to atomics.
+    let status =
+        *STATUS.get_or_init(|| unsafe { libc::pthread_atfork(None, None, Some(reset_in_child)) });
+    if status != 0 {
+        return Err(format!(
+            "cannot register the fork handler that gives forked children their own toggle \
+             count (pthread_atfork: {})",
+            io::Error::from_raw_os_error(status)
+        ));
+    }
+    Ok(())
+}
+
+fn on_signal_address() -> usize {
+    on_signal as extern "C" fn(c_int, *mut siginfo_t, *mut c_void) as usize
+}
+
 fn disposition(signal: c_int) -> io::Result<libc::sigaction> {
     // SAFETY: a null new action only reads the current one into `current`.
     unsafe {
@@ -106,7 +136,8 @@ fn disposition(signal: c_int) -> io::Result<libc::sigaction> {
 }
 
 fn install(signal: c_int, action: &libc::sigaction) -> io::Result<()> {
-    // SAFETY: `action` is a disposition read from the kernel earlier.
+    // SAFETY: `action` is a disposition read from the kernel earlier, or
+    // ours (see `take`).
     if unsafe { libc::sigaction(signal, action, std::ptr::null_mut()) } != 0 {
         return Err(io::Error::last_os_error());
     }
@@ -117,58 +148,52 @@ fn is_handler_function(action: &libc::sigaction) -> bool {
     action.sa_sigaction != libc::SIG_DFL && action.sa_sigaction != libc::SIG_IGN
 }
 
-/// Has `on_signal` call `action` for `signal`, or nothing when it is not a
-/// handler function.
-fn chain(signal: c_int, action: Option<&libc::sigaction>) {
+/// Has `on_signal` call `action` first for `signal`, or nothing when it is
+/// not a handler function.
+fn chain(signal: c_int, action: &libc::sigaction) {
     CHAINED_SIGNAL.store(0, Ordering::SeqCst);
-    match action {
-        Some(action) if is_handler_function(action) => {
-            CHAINED_HANDLER.store(action.sa_sigaction, Ordering::SeqCst);
-            CHAINED_SIGINFO.store(action.sa_flags & libc::SA_SIGINFO != 0, Ordering::SeqCst);
-            CHAINED_SIGNAL.store(signal, Ordering::SeqCst);
-        }
-        _ => CHAINED_HANDLER.store(0, Ordering::SeqCst),
+    if is_handler_function(action) {
+        CHAINED_HANDLER.store(action.sa_sigaction, Ordering::SeqCst);
+        CHAINED_SIGINFO.store(action.sa_flags & libc::SA_SIGINFO != 0, Ordering::SeqCst);
+        CHAINED_SIGNAL.store(signal, Ordering::SeqCst);
+    } else {
+        CHAINED_HANDLER.store(0, Ordering::SeqCst);
     }
 }
 
-/// Puts the registry's handler back on a signal it registered before,
-/// chained with whatever is installed now.
-fn retake(registration: &mut Registration) -> Result<(), String> {
-    let signal = registration.signal;
-    let error = |err: io::Error| format!("signal {signal}: {err}");
-    let now = disposition(signal).map_err(error)?;
-    if now.sa_sigaction == registration.registry.sa_sigaction {
+/// Installs `on_signal` for `signal`, chained with the handler there now,
+/// unless it is installed already.
+fn take(signal: c_int, taken: &mut Option<Taken>) -> io::Result<()> {
+    let now = disposition(signal)?;
+    if now.sa_sigaction == on_signal_address() {
         return Ok(());
     }
-    if now.sa_sigaction == registration.first.sa_sigaction {
-        chain(signal, None);
-    } else if is_handler_function(&registration.first) {
-        // The registry calls the handler it first found: it would run
-        // although it was replaced, and the new one would not.
-        return Err(format!(
-            "signal {signal} got another handler since static_tracing first used it, \
-             and static_tracing would call the replaced one; choose another signal"
-        ));
-    } else {
-        chain(signal, Some(&now));
-    }
-    install(signal, &registration.registry).map_err(error)?;
-    registration.given_back = now;
+    chain(signal, &now);
+    // SAFETY: all-zero is a valid sigaction (an empty mask); the fields
+    // that matter are set below.
+    let mut ours: libc::sigaction = unsafe { std::mem::zeroed() };
+    ours.sa_sigaction = on_signal_address();
+    ours.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
+    install(signal, &ours)?;
+    *taken = Some(Taken {
+        signal,
+        replaced: now,
+    });
     Ok(())
 }
 
 /// Makes `signal` the toggle signal, waking the Ruby side through `wake_fd`.
-/// Taking the armed signal again makes sure the registry's handler is the
-/// installed one.
+/// Taking the armed signal again puts `on_signal` back if another handler
+/// replaced it, chained with that handler.
 pub fn arm(signal: c_int, wake_fd: c_int) -> Result<(), String> {
-    if signal <= 0 || signal >= 65 || signal_hook_registry::FORBIDDEN.contains(&signal) {
-        return Err(format!("signal {signal} cannot be caught"));
+    let highest = libc::SIGRTMAX();
+    if !(1..=highest).contains(&signal) || FORBIDDEN.contains(&signal) {
+        return Err(format!(
+            "signal {signal} cannot be caught: a signal from 1 to {highest} is expected, other \
+             than SIGKILL, SIGSTOP, SIGILL, SIGFPE and SIGSEGV"
+        ));
     }
-    static CHILD_RESET: Once = Once::new();
-    CHILD_RESET.call_once(|| {
-        // SAFETY: the handler only stores to atomics.
-        unsafe { libc::pthread_atfork(None, None, Some(reset_in_child)) };
-    });
+    child_reset_registered()?;
     // SAFETY: F_SETFL on a descriptor the caller owns; a failure would only
     // make a full pipe block the handler, so it is reported.
     let nonblocking = unsafe {
@@ -182,7 +207,7 @@ pub fn arm(signal: c_int, wake_fd: c_int) -> Result<(), String> {
         ));
     }
 
-    let mut registrations = REGISTRATIONS
+    let mut taken = TAKEN
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     let previous = ARMED.load(Ordering::SeqCst);
@@ -191,53 +216,29 @@ pub fn arm(signal: c_int, wake_fd: c_int) -> Result<(), String> {
             "signal {previous} is armed; disarm it before arming signal {signal}"
         ));
     }
-    match registrations.iter_mut().find(|r| r.signal == signal) {
-        None => {
-            let error = |err: io::Error| format!("signal {signal}: {err}");
-            let first = disposition(signal).map_err(error)?;
-            // SAFETY: the action is async-signal-safe (see `on_signal`).
-            unsafe {
-                signal_hook_registry::register_sigaction(signal, move |info| {
-                    on_signal(signal, info)
-                })
-            }
-            .map_err(error)?;
-            let registry = disposition(signal).map_err(error)?;
-            registrations.push(Registration {
-                signal,
-                first,
-                registry,
-                given_back: first,
-            });
-        }
-        Some(registration) => retake(registration)?,
-    }
+    take(signal, &mut taken).map_err(|err| format!("signal {signal}: {err}"))?;
     WAKE_FD.store(wake_fd, Ordering::SeqCst);
     ARMED.store(signal, Ordering::SeqCst);
     Ok(())
 }
 
 /// Stops toggling on the armed signal and gives the signal back: the
-/// disposition found when it was taken is installed again, unless another
-/// handler replaced the registry's since.
+/// handler `on_signal` replaced is installed again, unless another handler
+/// replaced `on_signal` since.
 pub fn disarm() {
-    let registrations = REGISTRATIONS
+    let mut taken = TAKEN
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     let signal = ARMED.swap(0, Ordering::SeqCst);
     WAKE_FD.store(-1, Ordering::SeqCst);
-    if signal == 0 {
-        return;
-    }
-    let Some(registration) = registrations.iter().find(|r| r.signal == signal) else {
+    let Some(given_back) = taken.take_if(|taken| taken.signal == signal) else {
         return;
     };
-    let still_ours =
-        disposition(signal).is_ok_and(|now| now.sa_sigaction == registration.registry.sa_sigaction);
-    // Best effort: if it fails, or another handler replaced the registry's,
-    // the registry's handler only calls the handlers it chains to now.
-    if still_ours && install(signal, &registration.given_back).is_ok() {
-        chain(signal, None);
+    let still_ours = disposition(signal).is_ok_and(|now| now.sa_sigaction == on_signal_address());
+    // Best effort: if it fails, `on_signal` stays and only calls the handler
+    // it chains to, as it does for a handler that chains to it.
+    if still_ours && install(signal, &given_back.replaced).is_err() {
+        *taken = Some(given_back);
     }
 }
 
@@ -260,4 +261,115 @@ pub fn nsec() -> i64 {
     // SAFETY: `now` is a valid out-pointer; CLOCK_MONOTONIC always exists.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
     now.tv_sec * 1_000_000_000 + now.tv_nsec
+}
+
+/// Real signals raised in this test process. The toggle state is
+/// process-wide, so the tests take turns.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    static TURN: Mutex<()> = Mutex::new(());
+
+    /// What the chained C-level handler saw: calls, and the instruction
+    /// pointer it read from its ucontext (0 for a null one).
+    static CHAINED_CALLS: AtomicUsize = AtomicUsize::new(0);
+    static CHAINED_SAW_CONTEXT: AtomicUsize = AtomicUsize::new(0);
+
+    extern "C" fn reads_its_ucontext(_signal: c_int, _info: *mut siginfo_t, context: *mut c_void) {
+        CHAINED_CALLS.fetch_add(1, Ordering::SeqCst);
+        let context = context.cast::<libc::ucontext_t>();
+        // As a handler that inspects the interrupted code does: it trusts
+        // the kernel's ucontext to be there.
+        // SAFETY: the kernel passes a valid ucontext to an SA_SIGINFO
+        // handler; a null one would fault here, which is what is tested.
+        let pc = unsafe { (*context).uc_mcontext.gregs[libc::REG_RIP as usize] };
+        CHAINED_SAW_CONTEXT.store(pc as usize, Ordering::SeqCst);
+    }
+
+    fn install_siginfo_handler(signal: c_int) {
+        // SAFETY: a zeroed sigaction with a handler of the SA_SIGINFO signature.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction =
+                reads_its_ucontext as extern "C" fn(c_int, *mut siginfo_t, *mut c_void) as usize;
+            action.sa_flags = libc::SA_SIGINFO;
+            assert_eq!(libc::sigaction(signal, &action, std::ptr::null_mut()), 0);
+        }
+    }
+
+    fn pipe() -> (c_int, c_int) {
+        let mut fds = [0; 2];
+        // SAFETY: a valid out-array of two descriptors.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        (fds[0], fds[1])
+    }
+
+    fn close(fds: (c_int, c_int)) {
+        // SAFETY: descriptors this test opened and no longer uses.
+        unsafe {
+            libc::close(fds.0);
+            libc::close(fds.1);
+        }
+    }
+
+    fn raise(signal: c_int) {
+        // SAFETY: the handlers installed for `signal` return normally.
+        assert_eq!(unsafe { libc::raise(signal) }, 0);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn a_chained_handler_gets_the_real_ucontext() {
+        let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let signal = libc::SIGUSR1;
+        install_siginfo_handler(signal);
+        let fds = pipe();
+        arm(signal, fds.1).unwrap();
+        raise(signal);
+        assert_eq!(CHAINED_CALLS.load(Ordering::SeqCst), 1);
+        assert_ne!(CHAINED_SAW_CONTEXT.load(Ordering::SeqCst), 0);
+        assert_eq!(take_received(), 1, "counted too");
+        disarm();
+        let given_back = disposition(signal).unwrap();
+        assert_eq!(
+            given_back.sa_sigaction,
+            reads_its_ucontext as extern "C" fn(c_int, *mut siginfo_t, *mut c_void) as usize,
+            "the replaced handler is back"
+        );
+        raise(signal);
+        assert_eq!(CHAINED_CALLS.load(Ordering::SeqCst), 2);
+        assert_eq!(take_received(), 0, "no longer counted");
+        close(fds);
+    }
+
+    #[test]
+    fn a_signal_replaced_since_it_was_given_back_is_taken_again_chained_with_the_new_handler() {
+        let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let signal = libc::SIGUSR2;
+        let fds = pipe();
+        arm(signal, fds.1).unwrap();
+        disarm();
+        install_siginfo_handler(signal);
+        let calls = CHAINED_CALLS.load(Ordering::SeqCst);
+        arm(signal, fds.1).unwrap();
+        raise(signal);
+        assert_eq!(CHAINED_CALLS.load(Ordering::SeqCst), calls + 1);
+        assert_eq!(take_received(), 1);
+        disarm();
+        close(fds);
+    }
+
+    #[test]
+    fn signals_past_sigrtmax_or_forbidden_are_refused_naming_the_range() {
+        let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let highest = libc::SIGRTMAX();
+        for signal in [0, -1, highest + 1, libc::SIGKILL, libc::SIGSEGV] {
+            let message = arm(signal, 0).unwrap_err();
+            assert!(message.contains(&format!("signal {signal} ")), "{message}");
+            assert!(message.contains(&highest.to_string()), "{message}");
+        }
+        assert_eq!(armed(), 0);
+    }
 }
