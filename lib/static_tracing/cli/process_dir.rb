@@ -84,6 +84,18 @@ module StaticTracing
         File.join(join("root"), inside)
       end
 
+      # A path that /proc/PID/maps gives this process, as the process itself
+      # sees it. The kernel names a file from the reader's root: for a
+      # process whose root is a directory below ours (a chroot, or a mount
+      # namespace made inside one) the name starts with that directory,
+      # which the process does not see. Other names are returned as given.
+      def path_inside(path)
+        root = root_directory
+        return path if root.nil? || root == "/" || !path.start_with?("#{root}/")
+
+        path.delete_prefix(root)
+      end
+
       # Runs the block, which reads +file+ of the process; turns the errors
       # of doing so into what to do about them.
       def guard(file)
@@ -116,6 +128,18 @@ module StaticTracing
       end
 
       private
+
+      # The process's root directory as this process sees it ("/" unless it
+      # is chrooted below ours), or nil when it cannot be told.
+      def root_directory
+        return @root_directory if defined?(@root_directory)
+
+        @root_directory = begin
+          File.readlink(join("root"))
+        rescue SystemCallError
+          nil
+        end
+      end
 
       def root_refused
         "not file permissions but a restriction on root blocks access to process #{pid}: ptrace restrictions " \

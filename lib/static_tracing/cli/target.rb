@@ -20,8 +20,10 @@ module StaticTracing
 
       Mapping = Struct.new(:start, :finish, :offset, :device, :inode, :name)
 
-      # A loaded stub. +path+ is where a tracer can open it; +mapping+ is the
-      # name /proc/PID/maps gives it. Probe addresses are relative to +bias+.
+      # A loaded stub. +path+ is where a tracer finds it: the file's path as
+      # the process sees it (bpftrace -p PID opens it through the process's
+      # root), or a /proc path to its bytes (memfd, deleted file); +mapping+
+      # is the name /proc/PID/maps gives it. Probe addresses are relative to +bias+.
       Stub = Struct.new(:provider, :path, :mapping, :memfd, :deleted, :bias, :file, keyword_init: true) do
         def probes
           file.probes
@@ -140,10 +142,15 @@ module StaticTracing
         nil
       end
 
-      # [name to show, path to read] pairs, best first.
+      # [name to show, path to read] pairs, best first. A file is shown by
+      # its path as the process sees it, which is also what a tracer given
+      # the process (bpftrace -p PID) resolves through its root.
       def stub_sources(name, memfd, mappings)
         first = mappings.first
-        by_name = [name, @process.reach(name)] unless memfd || name.end_with?(DELETED)
+        unless memfd || name.end_with?(DELETED)
+          inside = @process.path_inside(name)
+          by_name = [inside, @process.reach(inside)]
+        end
         sources = [by_name, *(descriptors_of(first.inode) if memfd),
                    [nil, @process.join("map_files/#{first.start.to_s(16)}-#{first.finish.to_s(16)}")]]
         (sources.compact.select { |_, source| same_inode?(source, first.inode) } + [by_name].compact).uniq
