@@ -76,4 +76,8 @@ RSpec.describe "Contracts between the gem and the static-tracing command", :subp
     expect(canonical).to eq(StaticTracing::ToggleSignals::ALLOWED.sort)
     expect(StaticTracing::Configuration::Modes::SIGNALS.names.sort).to eq(canonical)
   end
+
+  it "knows the same modes: every mode the gem publishes is one the command reads" do
+    expect(StaticTracing::CLI::ProcessState::MODES).to eq(StaticTracing::Configuration::Modes::ALL.map(&:to_s))
+  end
 end

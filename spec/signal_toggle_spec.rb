@@ -539,7 +539,7 @@ RSpec.describe StaticTracing::SignalToggle, :subprocess do
     it "boots with a bad STATIC_TRACING_MODE: one warning naming the variable, the value and the valid modes" do
       output = require_with("STATIC_TRACING_MODE" => "bogus")
       warning, loaded, *rest = output.lines
-      expect(warning).to include('STATIC_TRACING_MODE "bogus"', ":on, :off and :signal", "default")
+      expect(warning).to include('STATIC_TRACING_MODE "bogus"', ":on, :off, :signal and :attach", "default")
       expect([loaded, rest]).to eq(["loaded: signal TRAP", []])
     end
 

@@ -92,7 +92,7 @@ module StaticTracing
       # tracing off (its names still checked), or a non-main Ractor, where
       # tracing state cannot be read (Ractor::Error) and nothing is traced.
       def latency_block_tracepoint(provider, name, block)
-        unless Switch.enabled?
+        unless Switch.enabled? || Switch.attach_mode?
           check_latency_names(provider, name)
           return nil
         end

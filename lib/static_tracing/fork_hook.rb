@@ -9,15 +9,23 @@ module StaticTracing
   module ForkHook
     # A fork waits for a toggle in progress to finish (STATE_LOCK): a child
     # copies the whole process as it is, and must start with tracing fully
-    # on or fully off, never half-way.
+    # on or fully off, never half-way. Probes declared and not loaded yet
+    # are loaded first, so that the children of a preloading server share
+    # their parent's stubs rather than each writing its own.
     def _fork
-      pid = StaticTracing::STATE_LOCK.synchronize { super }
+      pid = StaticTracing::STATE_LOCK.synchronize do
+        StaticTracing::Watcher.run_jobs_now
+        super
+      end
       ForkHook.start_new_process if pid.zero?
       pid
     end
 
     def daemon(...)
-      result = StaticTracing::STATE_LOCK.synchronize { super }
+      result = StaticTracing::STATE_LOCK.synchronize do
+        StaticTracing::Watcher.run_jobs_now
+        super
+      end
       ForkHook.start_new_process
       result
     end

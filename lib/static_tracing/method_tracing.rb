@@ -136,6 +136,7 @@ module StaticTracing
               (@orphaned[provider.name] ||= ObjectSpace::WeakMap.new)[state.owner] = true
             end
           end
+          forget_claims(provider.name.to_s)
         end
       end
 
@@ -204,14 +205,16 @@ module StaticTracing
       end
 
       def declare(klass, name, rule)
-        probe_name = probe_name_for(name) or return
+        probe_name = probe_name_for(name, klass) or return
         return if declared?(klass, name, rule.kind)
 
         provider = rule.provider || default_provider(klass, rule) or return
+        probe_name = claim_probe_name(provider, probe_name, klass, name)
         tracepoint = StaticTracing::Provider.register(provider).add_tracepoint(probe_name, *TYPES.fetch(rule.kind))
         arm_new(state_for(klass).probes[[name, rule.kind]] = MethodProbe.new(klass, name, rule.kind, tracepoint))
       rescue ArgumentError, FrozenError, StaticTracing::Error => e
-        warn_once([klass.object_id, name, rule.kind], "static_tracing: not tracing #{klass}##{name}: #{e.message}")
+        warn_once([klass.object_id, name, rule.kind],
+                  "static_tracing: not tracing #{method_label(klass, name)}: #{e.message}")
       end
 
       def declared?(klass, name, kind)
@@ -243,6 +246,7 @@ module StaticTracing
         singleton = owner.singleton_class
         singleton.prepend(ClassHooks) unless singleton <= ClassHooks
         singleton.prepend(VisibilityHooks) unless singleton <= VisibilityHooks
+        owner.prepend(SingletonHooks) if owner.singleton_class? && !(owner <= SingletonHooks)
       end
 
       # The wrappers module of +owner+ for +kind+, prepended on first use;

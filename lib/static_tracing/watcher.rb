@@ -47,7 +47,7 @@ module StaticTracing
           listeners = @listeners[id]
           # (WeakMap#delete is Ruby 3.3's: false marks a listener gone.)
           listeners[listener] = false if listeners&.key?(listener)
-          forget(tracepoint) unless listeners&.each_value&.any?
+          forget(tracepoint) unless listeners&.values&.any?
         end
       end
 
@@ -84,6 +84,15 @@ module StaticTracing
           waiting = @jobs[key]
           @jobs[key] = waiting ? [[waiting.first, deadline].min, waiting.last] : [deadline, job]
           @pipe[1].write_nonblock(".", exception: false)
+        end
+      end
+
+      # Runs every waiting job now, whatever its deadline.
+      def run_jobs_now
+        @lock.synchronize do
+          jobs = @jobs.values
+          @jobs.clear
+          jobs.each { |(_, job)| run_job(job) }
         end
       end
 
@@ -159,11 +168,13 @@ module StaticTracing
       def run_due_jobs
         due = @jobs.select { |_, (deadline, _)| deadline <= now }
         due.each_key { |key| @jobs.delete(key) }
-        due.each_value do |(_, job)|
-          job.call
-        rescue StandardError, ScriptError => e
-          warn("static_tracing: background work failed: #{e.class}: #{e.message}")
-        end
+        due.each_value { |(_, job)| run_job(job) }
+      end
+
+      def run_job(job)
+        job.call
+      rescue StandardError, ScriptError => e
+        warn("static_tracing: background work failed: #{e.class}: #{e.message}")
       end
 
       def now

@@ -139,6 +139,16 @@ RSpec.describe "static-tracing enable, disable and toggle" do
       expect_untouched(process, enabled: false)
     end
 
+    it "refuses a process in mode attach: its methods arm themselves as tracers attach" do
+      process = child(env: { "STATIC_TRACING_MODE" => "attach" })
+      %w[enable disable toggle].each do |command|
+        expect_refusal(run_cli(command, process.pid),
+                       "process #{process.pid} runs static_tracing in mode attach",
+                       "nothing was sent", "bpftrace -p #{process.pid}", "list #{process.pid}")
+      end
+      expect_untouched(process, enabled: false)
+    end
+
     # Configuration does not republish the state on a mode change by
     # itself: the child does.
     it "follows a mode changed at run time, once the process has published it" do

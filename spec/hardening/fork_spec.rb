@@ -127,7 +127,7 @@ RSpec.describe "Providers across fork", :e2e do
   it "leaves the parent's file alone when a child grows and unloads the provider it inherited" do
     path = parent.evaluate("$provider.path")
     kid = parent.evaluate("$kid = Kid.new; $kid.pid")
-    kid_path = parent.evaluate("$kid.eval('$provider.add_tracepoint(:kid_only); $provider.path')")
+    kid_path = parent.evaluate("$kid.eval('$provider.add_tracepoint(:kid_only); $provider.load.path')")
     expect(File.basename(kid_path)).to match(StubNames.stub_file_pattern("forked", kid))
     tracer = attach_bpftrace(kid, "usdt:*:forked:kid_only { @hits[pid] = count(); }")
     expect(parent.evaluate("$kid.eval('$provider.tracepoints[:kid_only].fire')")).to be(true)
@@ -147,7 +147,7 @@ RSpec.describe "Providers across fork", :e2e do
     kid_tracer = attach_bpftrace(kid, "usdt:*:forked:hello { @hits[pid] = count(); }")
     expect(parent.evaluate("$kid.eval('2.times.map { $hello.fire(1) }')")).to eq([true] * 2)
 
-    parent.evaluate("$late = $provider.add_tracepoint(:late, String)")
+    parent.evaluate("$late = $provider.add_tracepoint(:late, String); $provider.load")
     fresh = parent.evaluate("$provider.path")
     expect(fresh).not_to eq(path)
     expect(File.basename(fresh)).to match(StubNames.stub_file_pattern("forked", parent.pid))

@@ -19,6 +19,8 @@ module StaticTracing
 
       NO_ARGUMENTS = "-"
       HEADER = %w[PROBE ARGUMENTS ATTACHED].freeze
+      # In mode attach: whether the probe's method is wrapped now.
+      ARMED = "ARMED"
 
       private
 
@@ -49,26 +51,36 @@ module StaticTracing
           {
             name: stub.provider, path: stub.path, mapping: stub.mapping, memfd: stub.memfd, deleted: stub.deleted,
             arch: stub.file.arch, load_address: format("0x%x", stub.bias),
-            probes: probes.map { |state| probe_document(state) }
+            probes: probes.map { |state| probe_document(stub, state) }
           }
         end
         { pid:, tracing: @tracing&.to_h, providers: }
       end
 
-      def probe_document(state)
+      def probe_document(stub, state)
         probe = state.probe
         {
           name: probe.name, args: probe.args, arg_spec: probe.arg_spec,
-          attached: state.attached, semaphore: state.semaphore, breakpoint: state.breakpoint
-        }
+          attached: state.attached, semaphore: state.semaphore, breakpoint: state.breakpoint,
+          armed: (armed?(stub, probe) if attach_mode?)
+        }.compact
+      end
+
+      def attach_mode?
+        @tracing&.mode == "attach"
+      end
+
+      def armed?(stub, probe)
+        @tracing.armed.include?("#{stub.provider}:#{probe.name}")
       end
 
       def print_table(pid, target, states)
         out.puts(summary(pid, target, states))
+        header = columns
         rows = states.map { |state| row(state) }
-        widths = [HEADER, *rows].transpose.map { |column| column.map(&:size).max }
+        widths = [header, *rows].transpose.map { |column| column.map(&:size).max }
         states.zip(rows).group_by { |state, _| state.stub }.each do |stub, pairs|
-          print_stub(stub, pairs.map(&:last), widths)
+          print_stub(stub, [header, *pairs.map(&:last)], widths)
         end
         print_legend(states)
       end
@@ -82,17 +94,25 @@ module StaticTracing
         return "" unless @tracing
 
         signal = " (#{@tracing.signal_name})" if @tracing.mode == "signal"
-        "; mode #{@tracing.mode}#{signal}, tracing #{@tracing.enabled ? "enabled" : "disabled"}"
+        armed = ", #{count(@tracing.armed.size, "method")} armed" if attach_mode?
+        "; mode #{@tracing.mode}#{signal}, tracing #{@tracing.enabled ? "enabled" : "disabled"}#{armed}"
+      end
+
+      def columns
+        attach_mode? ? [*HEADER, ARMED] : HEADER
       end
 
       def row(state)
-        [state.probe.name, arguments(state.probe), attached_text(state.attached)]
+        row = [state.probe.name, arguments(state.probe), attached_text(state.attached)]
+        return row unless attach_mode?
+
+        [*row, armed?(state.stub, state.probe) ? "yes" : "no"]
       end
 
       def print_stub(stub, rows, widths)
         out.puts
         out.puts("#{stub.provider}  #{stub.path}#{stub_notes(stub)}")
-        [HEADER, *rows].each do |row|
+        rows.each do |row|
           out.puts("  #{row.zip(widths).map { |cell, width| cell.ljust(width) }.join("  ")}".rstrip)
         end
       end
@@ -105,6 +125,11 @@ module StaticTracing
       end
 
       def print_legend(states)
+        if attach_mode?
+          out.puts
+          out.puts("#{ARMED}: the traced method's wrapper is in place; a method is armed while a tracer is " \
+                   "attached to its probe. Other tracepoints check on each call and are never armed.")
+        end
         return unless states.any? { |state| state.probe.args.include?(Arguments::POINTER_OR_BITS) }
 
         out.puts

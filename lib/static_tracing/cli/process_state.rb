@@ -26,21 +26,22 @@ module StaticTracing
     # toggles on, by its right number: nothing else is ever sent.
     class ProcessState
       FORMAT = 1
-      MODES = %w[on off signal].freeze
+      MODES = %w[on off signal attach].freeze
       # Far more than the gem writes (a few hundred bytes).
       MAX_SIZE = 64 * 1024
       # The gem skips a directory whose path holds one of these.
       CONTROL_CHARACTER = /[\x00-\x1f\x7f]/
 
       # A published state. +path+ is the file it was read from.
-      Published = Struct.new(:path, :mode, :signal, :signal_number, :enabled, :version, :ruby,
+      # +armed+: in mode attach, the probes ("provider:probe") whose method is wrapped now.
+      Published = Struct.new(:path, :mode, :signal, :signal_number, :enabled, :armed, :version, :ruby,
                              keyword_init: true) do
         def signal_name
           "SIG#{signal}"
         end
 
         def to_h
-          { mode:, signal:, signal_number:, enabled:, state_file: path, version: }
+          { mode:, signal:, signal_number:, enabled:, armed:, state_file: path, version: }.compact
         end
       end
 
@@ -191,7 +192,15 @@ module StaticTracing
 
       def published(path, data)
         Published.new(path:, mode: data["mode"], signal: data["signal"], signal_number: data["signal_number"],
-                      enabled: data["enabled"] == true, version: data["version"], ruby: data["ruby"])
+                      enabled: data["enabled"] == true, armed: armed(data),
+                      version: data["version"], ruby: data["ruby"])
+      end
+
+      # Only strings count: the list is shown, never acted on.
+      def armed(data)
+        return unless data["mode"] == "attach"
+
+        Array(data["armed"]).grep(String)
       end
 
       def reject(path, reason, untrusted: false)

@@ -67,6 +67,11 @@ module StaticTracing
                        "does, so nothing was sent. To switch it with #{PROGRAM} enable/disable/toggle, run it in " \
                        "mode signal (STATIC_TRACING_MODE=signal, the default, or " \
                        "StaticTracing::Configuration.mode = :signal)"
+        when "attach"
+          raise Error, "process #{pid} runs static_tracing in mode attach: each traced method is wrapped while a " \
+                       "tracer is attached to its probe, so there is nothing to switch and nothing was sent. " \
+                       "Attach a tracer (bpftrace -p #{pid}, or #{PROGRAM} latency #{pid}); " \
+                       "#{PROGRAM} list #{pid} shows which methods are armed"
         end
       end
 

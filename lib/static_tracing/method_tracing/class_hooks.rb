@@ -20,5 +20,26 @@ module StaticTracing
         StaticTracing::MethodTracing.method_gone(self, name)
       end
     end
+
+    # Prepended to a traced singleton class (class methods): its methods
+    # come and go through the object it belongs to.
+    module SingletonHooks
+      private
+
+      def singleton_method_added(name)
+        super
+        StaticTracing::MethodTracing.method_defined(singleton_class, name)
+      end
+
+      def singleton_method_removed(name)
+        super
+        StaticTracing::MethodTracing.method_gone(singleton_class, name)
+      end
+
+      def singleton_method_undefined(name)
+        super
+        StaticTracing::MethodTracing.method_gone(singleton_class, name)
+      end
+    end
   end
 end

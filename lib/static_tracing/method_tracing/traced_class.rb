@@ -40,8 +40,9 @@ module StaticTracing
         @installed
       end
 
+      # "Foo#bar", or "Foo.bar" for a class method.
       def label
-        "#{owner.name || owner.inspect}##{method_name}"
+        @label ||= MethodTracing.method_label(owner, method_name)
       end
 
       def inspect
