@@ -8,6 +8,19 @@
 require "rbconfig"
 require "shellwords"
 
+# The stubs are ELF objects loaded through Linux system calls, and the
+# build below makes a Linux shared object: elsewhere there is nothing to
+# build, and saying so here beats a cargo error about a missing .so.
+host_os = RbConfig::CONFIG["host_os"]
+unless host_os.start_with?("linux")
+  abort <<~MSG
+    static_tracing builds and runs on Linux only (USDT probes as ELF stubs, loaded through Linux
+    system calls); this Ruby is built for #{host_os} (#{RbConfig::CONFIG["arch"]}).
+    To install it only on Linux, in a Gemfile:
+      gem "static_tracing", install_if: -> { RUBY_PLATFORM.include?("linux") }
+  MSG
+end
+
 crate_dir = __dir__
 workspace = File.expand_path("../..", crate_dir)
 cargo = ENV.fetch("CARGO", "cargo")
