@@ -1,6 +1,8 @@
 # frozen_string_literal: true
 
 require "net/http"
+require "open3"
+require "rbconfig"
 require "socket"
 
 module E2E
@@ -10,10 +12,32 @@ module E2E
   module UnicornApp
     APP = File.join(ROOT, "examples", "unicorn")
 
-    # The unicorn command line serving +config_ru+, and its environment.
+    # The unicorn command line serving +config_ru+, and its environment:
+    # unicorn's script run by this Ruby, whatever Ruby its #! line names,
+    # since the extension in LIB is built for this one.
     def self.command(config_ru, port:, workers:)
       [{ "UNICORN_LISTEN" => "127.0.0.1:#{port}", "UNICORN_WORKERS" => workers.to_s },
-       "unicorn", "-I", LIB, "-E", "none", "-c", File.join(APP, "unicorn.conf.rb"), config_ru]
+       RbConfig.ruby, executable || "unicorn", "-I", LIB, "-E", "none", "-c", File.join(APP, "unicorn.conf.rb"),
+       config_ru]
+    end
+
+    # unicorn's script on PATH, or nil.
+    def self.executable
+      ENV.fetch("PATH", "").split(File::PATH_SEPARATOR).map { |dir| File.join(dir, "unicorn") }
+         .find { |path| File.file?(path) && File.executable?(path) }
+    end
+
+    # Why unicorn cannot serve the app under this Ruby, or nil. Debian, for
+    # one, builds unicorn's C extensions for its default Ruby only.
+    def self.unavailable_reason
+      return @unavailable_reason if defined?(@unavailable_reason)
+
+      @unavailable_reason =
+        if executable.nil? then "unicorn is not installed"
+        else
+          out, status = Open3.capture2e(RbConfig.ruby, "-e", 'require "unicorn"')
+          "unicorn cannot be loaded by Ruby #{RUBY_VERSION}: #{out.lines.first&.strip}" unless status.success?
+        end
     end
 
     attr_reader :port
@@ -59,6 +83,8 @@ module E2E
 
   module Helpers
     def start_unicorn(**options)
+      reason = UnicornApp.unavailable_reason
+      cannot_run!(reason, component: :unicorn) if reason
       Unicorn.new(**options).tap { |unicorn| started_processes << unicorn }
     end
   end
