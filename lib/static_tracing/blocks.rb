@@ -91,13 +91,14 @@ module StaticTracing
       # The tracepoint of a latency block, or nil when it is to run untraced:
       # tracing off (its names still checked), or a non-main Ractor, where
       # tracing state cannot be read (Ractor::Error) and nothing is traced.
-      def latency_block_tracepoint(provider, name, block)
+      # Yields for the block's receiver when there is no provider.
+      def latency_block_tracepoint(provider, name)
         unless Switch.enabled? || Switch.attach_mode?
           check_latency_names(provider, name)
           return nil
         end
 
-        latency_tracepoint(provider || provider_of(block.binding.receiver), name)
+        latency_tracepoint(provider || provider_of(yield), name)
       rescue Ractor::Error
         nil
       end
@@ -137,7 +138,9 @@ module StaticTracing
         raise ArgumentError, "StaticTracing.latency needs name: and a block, or a method to trace"
       end
 
-      tracepoint = Blocks.latency_block_tracepoint(provider, name, block) or return yield
+      # The block parameter is read only inside this block, only when there is
+      # no provider: reading it makes a Proc of the block.
+      tracepoint = Blocks.latency_block_tracepoint(provider, name) { block.binding.receiver } or return yield
       started = (tracepoint.latency_start rescue nil) or return yield # rubocop:disable Style/RescueModifier -- see MethodTracing::TEMPLATES
 
       begin
