@@ -38,8 +38,8 @@ pub fn folded_stack(ruby: &Ruby, leaf: RString, skip: usize, max_bytes: usize) -
     // SAFETY: `leaf` is a live String argument; the bytes are copied at once.
     let mut kept: Vec<Vec<u8>> = vec![unsafe { leaf.as_slice() }.to_vec()];
     let mut size = kept[0].len();
-    for &frame in frames.iter().take(count).skip(skip) {
-        if is_wrapper_frame(frame) {
+    for (&frame, &line) in frames.iter().zip(&lines).take(count).skip(skip) {
+        if !is_application_frame(frame, line) {
             continue;
         }
         // SAFETY: a frame VALUE returned by rb_profile_frames just above.
@@ -66,14 +66,20 @@ pub fn folded_stack(ruby: &Ruby, leaf: RString, skip: usize, max_bytes: usize) -
     ruby.str_from_slice(&folded)
 }
 
-/// Whether `frame` runs code of a method wrapper.
-fn is_wrapper_frame(frame: VALUE) -> bool {
+/// Whether `frame`, at `line`, is one of the application's: not a method
+/// wrapper's, and not the VM's dummy top frame. Ruby 3.1 reports the dummy
+/// frame under the main script's own `<main>` label (so folded stacks began
+/// `<main>;<main>;`); it is a Ruby frame that never ran, at line 0, where
+/// C frames (line 0 too) have no path.
+fn is_application_frame(frame: VALUE, line: i32) -> bool {
     // SAFETY: a frame VALUE returned by rb_profile_frames, still on the
     // caller's stack; the path is a String, or nil for C frames.
     let path = unsafe { Value::from_raw(rb_sys::rb_profile_frame_path(frame)) };
+    let Some(path) = RString::from_value(path) else {
+        return true;
+    };
     // SAFETY: compared at once, before any other Ruby call.
-    RString::from_value(path)
-        .is_some_and(|path| unsafe { path.as_slice() } == WRAPPER_FILE.as_bytes())
+    line != 0 && unsafe { path.as_slice() } != WRAPPER_FILE.as_bytes()
 }
 
 unsafe extern "C" fn frame_self(context: *const rb_debug_inspector_t, data: *mut c_void) -> VALUE {
