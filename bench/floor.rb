@@ -2,10 +2,13 @@
 
 module Bench
   # The host's physical floor for an attached probe: a C program calling a
-  # `nop; ret` stub (what a static_tracing probe is) in a tight loop, timed
-  # without a uprobe, then with bpftrace counting on it. Whatever an
-  # attached tracepoint costs above the difference is this library's own.
-  # With it, the two clock reads a latency probe adds to a call.
+  # `nop; ret` stub in a tight loop, timed without a uprobe, then with
+  # bpftrace counting on it; and the same for a stub on the 5-byte NOP
+  # (`nopl 0x0(%rax,%rax,1); ret`, what a static_tracing probe site is on
+  # x86-64), whose uprobe kernels that optimize uprobes turn into a call to
+  # a trampoline instead of an int3 trap. Whatever an attached tracepoint
+  # costs above the difference is this library's own. With it, the two
+  # clock reads a latency probe adds to a call.
   class Floor
     KEY = :floor
     ROUNDS = 11
@@ -15,10 +18,11 @@ module Bench
     PLAIN_CALLS = 20_000_000
     PROBED_CALLS = 30_000
     PROBED = "bench_probed_stub"
+    PROBED_NOP5 = "bench_probed_nop5_stub"
 
-    # Two stubs, so that every round times the probed one and an unprobed
-    # one moments apart in the same process; calls go through volatile
-    # pointers so the compiler keeps every one of them.
+    # Three stubs, so that every round times the probed ones and an
+    # unprobed one moments apart in the same process; calls go through
+    # volatile pointers so the compiler keeps every one of them.
     SOURCE = <<~C.freeze
       #include <stdio.h>
       #include <stdlib.h>
@@ -28,9 +32,13 @@ module Bench
               ".globl bench_plain_stub\\n.type bench_plain_stub, @function\\n"
               "bench_plain_stub:\\n nop\\n ret\\n.size bench_plain_stub, .-bench_plain_stub\\n"
               ".globl #{PROBED}\\n.type #{PROBED}, @function\\n"
-              "#{PROBED}:\\n nop\\n ret\\n.size #{PROBED}, .-#{PROBED}\\n");
+              "#{PROBED}:\\n nop\\n ret\\n.size #{PROBED}, .-#{PROBED}\\n"
+              ".globl #{PROBED_NOP5}\\n.type #{PROBED_NOP5}, @function\\n"
+              "#{PROBED_NOP5}:\\n .byte 0x0f, 0x1f, 0x44, 0x00, 0x00\\n ret\\n"
+              ".size #{PROBED_NOP5}, .-#{PROBED_NOP5}\\n");
       void bench_plain_stub(void);
       void #{PROBED}(void);
+      void #{PROBED_NOP5}(void);
 
       static clockid_t clock_id;
 
@@ -55,7 +63,8 @@ module Bench
         for (int round = 0; round < rounds; round++) {
           double plain = per_call_ns(bench_plain_stub, plain_calls);
           double probed = per_call_ns(#{PROBED}, probed_calls);
-          printf("round %d %.4f %.4f\\n", round, plain, probed);
+          double probed_nop5 = per_call_ns(#{PROBED_NOP5}, probed_calls);
+          printf("round %d %.4f %.4f %.4f\\n", round, plain, probed, probed_nop5);
         }
         return 0;
       }
@@ -83,28 +92,29 @@ module Bench
       binary
     end
 
-    # Per round: [plain ns/call, probed ns/call], the warm-up round dropped.
+    # Per round: [plain, probed nop1, probed nop5] ns/call, the warm-up round dropped.
     def run_binary(binary, log)
       output = Bench.run_command(binary, (@rounds + 1).to_s, PLAIN_CALLS.to_s, PROBED_CALLS.to_s, Bench.call_clock_name,
                                  log: File.join(WORK_DIR, log), timeout: 120)
-      output.scan(/^round (\d+) (\S+) (\S+)$/).drop(1).map { |_, plain, probed| [Float(plain), Float(probed)] }
+      output.scan(/^round (\d+) (\S+) (\S+) (\S+)$/).drop(1).map { |_, *ns| ns.map { |value| Float(value) } }
     end
 
-    # The same program with bpftrace counting on the probed stub: started
-    # once bpftrace is attached (the uprobe is on the binary, so it holds
-    # for the process to come), stopped once the program is done.
+    # The same program with bpftrace counting on the probed stubs: started
+    # once bpftrace is attached (the uprobes are on the binary, so they hold
+    # for the process to come), stopped once the program is done. Hits are
+    # [nop1, nop5].
     def probed_run(binary)
-      program = "uprobe:#{binary}:#{PROBED} { @ = count(); }"
+      program = "uprobe:#{binary}:#{PROBED} { @nop1 = count(); } uprobe:#{binary}:#{PROBED_NOP5} { @nop5 = count(); }"
       Bpftrace.attached(program, log: File.join(WORK_DIR, "floor-bpftrace.log")) do |tracer|
         next [nil, nil] unless tracer
 
         rounds = run_binary(binary, "floor-probed.log")
-        [rounds, tracer.finish&.values&.first]
+        [rounds, tracer.finish&.values_at("nop1", "nop5")]
       end
     end
 
     def stub_section(unprobed, probed, hits, binary)
-      section = Section.new(:floor, "Physical floor: a C `nop; ret` stub called in a loop, uprobe " \
+      section = Section.new(:floor, "Physical floor: C `nop; ret` and `nop5; ret` stubs called in a loop, uprobe " \
                                     "(median of #{@rounds} rounds)",
                             params: { rounds: @rounds, plain_calls: PLAIN_CALLS, probed_calls: PROBED_CALLS, binary:,
                                       clock: Bench.call_clock_name })
@@ -112,27 +122,33 @@ module Bench
                        .column(:ns_per_call, "ns/call", Format.auto)
                        .column(:spread_ns, "min..max", Format.range(2))
       stub_rows(unprobed, probed).each { |row| section.row(row) }
-      section.note("the probed run has bpftrace `uprobe:BINARY:#{PROBED} { @ = count(); }` attached; " \
-                   "the same stub and loop are run once without bpftrace, then once with it")
+      section.note("the probed run has bpftrace `uprobe:BINARY:STUB { @ = count(); }` attached to #{PROBED} " \
+                   "(1-byte nop) and #{PROBED_NOP5} (5-byte nopl 0x0(%rax,%rax,1)); the same stubs and loop are " \
+                   "run once without bpftrace, then once with it")
       section.note(hits_note(hits)) if probed
       section
     end
 
-    # The probed stub without and with the uprobe, same calls, same loop;
+    # The probed stubs without and with the uprobe, same calls, same loop;
     # the other stub of the probed run shows the uprobe costs nothing to
     # code beside it.
     def stub_rows(unprobed, probed)
-      without = series_row("stub.unprobed", "C stub call, no bpftrace", unprobed.map(&:last))
+      without = series_row("stub.unprobed", "C nop1 stub call, no bpftrace", unprobed.map { |round| round[1] })
+      without_nop5 = series_row("stub.nop5_unprobed", "C nop5 stub call, no bpftrace", unprobed.map(&:last))
       unless probed
         reason = Bpftrace.unavailable_reason
-        return [without, { id: "stub.uprobe", measurement: "uprobe hit: skipped: #{reason}", skipped: reason }]
+        return [without, without_nop5,
+                { id: "stub.uprobe", measurement: "uprobe hit: skipped: #{reason}", skipped: reason }]
       end
 
-      with = series_row("stub.probed", "C stub call, bpftrace count() attached", probed.map(&:last))
-      [without, with,
+      with = series_row("stub.probed", "C nop1 stub call, bpftrace count() attached", probed.map { |round| round[1] })
+      with_nop5 = series_row("stub.nop5_probed", "C nop5 stub call, bpftrace count() attached", probed.map(&:last))
+      [without, without_nop5, with, with_nop5,
        series_row("stub.other_in_probed_run", "C stub call, the other stub of the probed run", probed.map(&:first)),
-       { id: "stub.uprobe", measurement: "uprobe hit: attached - no bpftrace (medians), the kernel's floor",
-         ns_per_call: with[:ns_per_call] - without[:ns_per_call] }]
+       { id: "stub.uprobe", measurement: "nop1 uprobe hit: attached - no bpftrace (medians), the kernel's floor",
+         ns_per_call: with[:ns_per_call] - without[:ns_per_call] },
+       { id: "stub.uprobe_nop5", measurement: "nop5 uprobe hit: attached - no bpftrace (medians)",
+         ns_per_call: with_nop5[:ns_per_call] - without_nop5[:ns_per_call] }]
     end
 
     def series_row(id, measurement, values)
@@ -142,11 +158,10 @@ module Bench
 
     def hits_note(hits)
       expected = (@rounds + 1) * PROBED_CALLS
-      return "bpftrace counted every probed call exactly (#{expected})" if hits == expected
-
       return "WARNING: bpftrace did not exit on SIGINT: its count is lost" unless hits
+      return "bpftrace counted every probed call of each stub exactly (#{expected})" if hits.all?(expected)
 
-      "WARNING: bpftrace counted #{hits} hits for #{expected} probed calls"
+      "WARNING: bpftrace counted #{hits.join(" and ")} hits (nop1, nop5) for #{expected} probed calls of each"
     end
 
     # Two clock reads: what a latency probe adds to a call around it.

@@ -15,6 +15,10 @@ module Bench
     # Attached: at most the kernel's uprobe, two clock reads and the armed
     # cost, plus this margin.
     ATTACHED_MARGIN = 1.2
+    # Attached fire(Integer): at most this times the C nop5 stub's probed call.
+    FIRE_OVER_NOP5 = 1.10
+    # An attached LatencyTracer call: at most this times the C nop1 stub's.
+    LATENCY_OVER_NOP1 = 1.20
     LOAD_1000_MS = 2.0
     # Per-probe load cost at 10,000 over that at 1,000: linear within this.
     LINEAR = 1.25
@@ -52,7 +56,7 @@ module Bench
     private
 
     def rows
-      method_rows + fire_rows +
+      method_rows + fire_rows + attached_floor_rows +
         [target("load.thousand_ms", "load of 1,000 probes <= 2 ms") { load_thousand },
          target("load.linear", "load linear to 10,000 (per-probe cost ratio <= #{LINEAR})") { linear },
          target("load.add_one", "add 1 probe to a loaded 1,000 <= full load") { reload_one }]
@@ -72,11 +76,38 @@ module Bench
       end
     end
 
-    # A row for +name+ from the block's [measured, limit, unit, inputs], or
-    # one saying why it could not be computed.
+    # Attached calls against the C stubs' probed calls (floor table), as
+    # ratios of this run's medians: fire(Integer) from the calls table, a
+    # LatencyTracer call (no parameters) from the methods table.
+    def attached_floor_rows
+      subjects = { "fire_int" => [:calls, "fire_int.attached", "attached fire(Integer)"],
+                   "latency" => [:methods, "m0.attached", "attached LatencyTracer call"] }
+      floors = { "nop5" => "stub.nop5_probed", "nop1" => "stub.probed" }
+      limits = { %w[fire_int nop5] => FIRE_OVER_NOP5, %w[latency nop1] => LATENCY_OVER_NOP1 }
+      subjects.flat_map do |subject, (table, id, label)|
+        floors.map do |floor, floor_id|
+          limit = limits[[subject, floor]]
+          name = "#{label} / C #{floor} probed call#{limit ? " <= #{limit}" : " (information)"}"
+          target("attached_floor.#{subject}.#{floor}", name) do
+            measured = value(table, id, :ns_per_call)
+            floor_ns = value(:floor, floor_id, :ns_per_call)
+            [measured / floor_ns, limit, "x C #{floor} probed call",
+             { ns_per_call: measured, floor_ns_per_call: floor_ns }]
+          end
+        end
+      end
+    end
+
+    # A row for +name+ from the block's [measured, limit (nil: no target),
+    # unit, inputs], or one saying why it could not be computed.
     def target(id, name)
       measured, limit, unit, inputs = yield
-      { id:, target: name, measured:, limit:, unit:, verdict: measured <= limit ? "met" : "MISSED", inputs: }
+      verdict = if limit.nil? then "information"
+                elsif measured <= limit then "met"
+                else
+                  "MISSED"
+                end
+      { id:, target: name, measured:, limit:, unit:, verdict:, inputs: }
     rescue Missing => e
       { id:, target: name, verdict: "not measured: #{e.message}" }
     end
