@@ -27,6 +27,7 @@ require_relative "methods"
 require_relative "floor"
 require_relative "load"
 require_relative "load_memory"
+require_relative "attach"
 require_relative "allocations"
 require_relative "unicorn"
 require_relative "macro_section"
@@ -42,7 +43,7 @@ module Bench
   # A group is a class with a KEY, built with keyword options and
   # answering #run with its Sections; new groups are added to this list.
   # The targets table is made last, from whatever the groups measured.
-  GROUPS = [Calls, Methods, Floor, Load, Allocations, Macro].freeze
+  GROUPS = [Calls, Methods, Floor, Load, Attach, Allocations, Macro].freeze
 
   module_function
 

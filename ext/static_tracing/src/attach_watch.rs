@@ -22,6 +22,7 @@
 //! inherit it locked by a thread it does not have.
 
 use crate::site_slot::SiteSlot;
+use stapsdt::site::ProbeSite;
 use std::cell::RefCell;
 use std::fs::File;
 use std::io::{self, Write};
@@ -36,6 +37,10 @@ pub type Change = (u64, bool);
 struct Entry {
     id: u64,
     slot: Arc<SiteSlot>,
+    /// The slot's site as of the last image change: a scan reads the
+    /// entries' sites in address order, from one vector, rather than
+    /// chasing every slot.
+    site: Option<ProbeSite>,
     /// As last reported (queued) to Ruby.
     attached: bool,
 }
@@ -54,6 +59,8 @@ struct Watch {
     /// The poller's thread id, for measuring what it costs.
     poller_tid: Option<libc::pid_t>,
     scans: u64,
+    /// Images changed, or entries were added, since the sites were read.
+    sites_stale: bool,
 }
 
 static WATCH: Mutex<Watch> = Mutex::new(Watch {
@@ -65,6 +72,7 @@ static WATCH: Mutex<Watch> = Mutex::new(Watch {
     poller_pid: None,
     poller_tid: None,
     scans: 0,
+    sites_stale: false,
 });
 /// Wakes the poller: something is watched now, or the period changed.
 static POKE: Condvar = Condvar::new();
@@ -85,8 +93,10 @@ pub fn watch(slot: Arc<SiteSlot>) -> io::Result<u64> {
     watch.entries.push(Entry {
         id,
         slot,
+        site: None,
         attached: false,
     });
+    watch.sites_stale = true;
     POKE.notify_all();
     Ok(id)
 }
@@ -124,7 +134,8 @@ pub fn configure(wake_fd: RawFd, period: Duration) -> io::Result<()> {
 
 /// Runs `change`, which replaces or unmaps images, while no scan runs.
 pub fn while_images_change<R>(change: impl FnOnce() -> R) -> R {
-    let _watch = lock();
+    let mut watch = lock();
+    watch.sites_stale = true;
     change()
 }
 
@@ -173,18 +184,25 @@ fn poll() {
 }
 
 fn scan(watch: &mut Watch) {
+    if watch.sites_stale {
+        for entry in &mut watch.entries {
+            entry.site = entry.slot.get();
+        }
+        watch
+            .entries
+            .sort_unstable_by_key(|entry| entry.site.map(|site| site.semaphore));
+        watch.sites_stale = false;
+    }
     let quiet = watch.changes.is_empty();
     let Watch {
         entries, changes, ..
     } = watch;
     for entry in entries.iter_mut() {
-        // SAFETY: a site in a slot belongs to a loaded image, and images are
-        // only replaced or unmapped inside `while_images_change`, which
+        // SAFETY: the site was read from its slot since the last image
+        // change (`sites_stale`), so it belongs to a loaded image; images
+        // are only replaced or unmapped inside `while_images_change`, which
         // waits for the lock this scan holds.
-        let attached = entry
-            .slot
-            .get()
-            .is_some_and(|site| unsafe { site.is_enabled() });
+        let attached = entry.site.is_some_and(|site| unsafe { site.is_enabled() });
         if attached != entry.attached {
             entry.attached = attached;
             changes.push((entry.id, attached));
