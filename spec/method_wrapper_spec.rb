@@ -570,13 +570,17 @@ RSpec.describe StaticTracing::MethodWrapper do
   end
 
   describe "known differences" do
-    it "keywords given to a plain *rest method arrive in a hash flagged by ruby2_keywords" do
+    # Ruby 3.1 hands the wrapper's flagged hash on to the *rest method as it
+    # is; Ruby 3.3 and 3.4 collect the keywords into a new, unflagged hash,
+    # so the difference is gone there (3.2 is not tested).
+    it "keywords given to a plain *rest method arrive in a hash flagged by ruby2_keywords, before Ruby 3.3" do
       klass = Class.new { def m(*args) = args.last }
       plain = klass.new.m(k: 1)
       wrap(klass, :m, "%{super}")
       wrapped = klass.new.m(k: 1)
       expect(wrapped).to eq(plain)
-      expect([Hash.ruby2_keywords_hash?(plain), Hash.ruby2_keywords_hash?(wrapped)]).to eq([false, true])
+      flagged = Gem::Version.new(RUBY_VERSION) < Gem::Version.new("3.3")
+      expect([Hash.ruby2_keywords_hash?(plain), Hash.ruby2_keywords_hash?(wrapped)]).to eq([false, flagged])
     end
 
     it "a flagged hash in a literal splat reaches a wrapped C method as keywords" do

@@ -125,7 +125,7 @@ module BadInput
   MAX_BYTES = [0, -1, 1.5, nil, "10", Float::INFINITY, 2**70].freeze
 
   # As spec/support/e2e.rb starts bpftrace.
-  BPFTRACE_STRLEN = 200
+  BPFTRACE_STRLEN = E2E::Bpftrace::STRLEN
 end
 
 RSpec.describe "Bad input to the public API" do

@@ -78,7 +78,8 @@ RSpec.describe "Provider lifecycle", :e2e do
       expect(app.evaluate(identities)).to eq([false, false, true])
       path = app.evaluate("$provider.path")
       expect(bpftrace_list(app.pid, "usdt:*:life:*")).to eq(["usdt:/proc/#{app.pid}/root#{path}:life:hello"])
-      expect(tracer.finish).to include("@hits: 0")
+      # No hit: bpftrace 0.17 prints a count never taken as "@hits: 0", later versions leave it out.
+      expect(tracer.finish).not_to match(/^@hits: [1-9]/)
 
       fresh = attach_bpftrace(app.pid, "usdt:*:life:hello { @hits = count(); }")
       expect(app.evaluate("[$again.fire(1), $again.fire(2), $hello.fire(3)]")).to eq([true, true, false])

@@ -162,10 +162,14 @@ module E2E
   # marker, which it only reaches once every probe is attached.
   class Bpftrace < Child
     READY = "STATIC_TRACING_E2E_READY"
+    # The longest string str() reads, NUL included: bpftrace 0.17 takes it
+    # from BPFTRACE_STRLEN, later versions (0.21 on) from BPFTRACE_MAX_STRLEN.
+    STRLEN = 200
+    STRLEN_ENV = { "BPFTRACE_STRLEN" => STRLEN.to_s, "BPFTRACE_MAX_STRLEN" => STRLEN.to_s }.freeze
 
     def initialize(pid, program, timeout: DEFAULT_TIMEOUT)
       super(E2E.bpftrace, "-p", pid.to_s, "-e", %(BEGIN { printf("#{READY}\\n"); } #{program}),
-            env: { "BPFTRACE_STRLEN" => "200" })
+            env: STRLEN_ENV)
       wait_for(/^#{READY}$/, timeout:)
     end
 
