@@ -116,10 +116,11 @@ RSpec.describe "Method tracing" do
       end
       object = klass.new
       expect(object.open_one).to eq(:open)
-      expect { object.closed }.to raise_error(NoMethodError, /private method `closed'/)
-      expect { object.later_closed }.to raise_error(NoMethodError, /private method `later_closed'/)
-      expect { object.guarded }.to raise_error(NoMethodError, /protected method `guarded'/)
-      expect { object.by_scope }.to raise_error(NoMethodError, /private method `by_scope'/)
+      # Ruby 3.4 quotes the method's name as 'closed', earlier Rubies as `closed'.
+      expect { object.closed }.to raise_error(NoMethodError, /private method [`']closed'/)
+      expect { object.later_closed }.to raise_error(NoMethodError, /private method [`']later_closed'/)
+      expect { object.guarded }.to raise_error(NoMethodError, /protected method [`']guarded'/)
+      expect { object.by_scope }.to raise_error(NoMethodError, /private method [`']by_scope'/)
       expect(object.send(:closed)).to eq(:closed)
       expect(%i[closed later_closed by_scope].map { |name| wrapped?(klass, name) }).to all(be(true))
 
@@ -139,13 +140,13 @@ RSpec.describe "Method tracing" do
       expect(klass.new.work(1, 5, 6, key: 7)).to eq([1, 5, [6], 7])
 
       klass.send(:remove_method, :work)
-      expect { klass.new.work(1) }.to raise_error(NoMethodError, /undefined method `work'/)
+      expect { klass.new.work(1) }.to raise_error(NoMethodError, /undefined method [`']work'/)
       klass.class_eval { def work = :back }
       expect(klass.new.work).to eq(:back)
       expect(wrapped?(klass, :work)).to be(true)
 
       klass.send(:undef_method, :work)
-      expect { klass.new.work }.to raise_error(NoMethodError, /undefined method `work'/)
+      expect { klass.new.work }.to raise_error(NoMethodError, /undefined method [`']work'/)
     end
 
     it "traces subclasses under their own provider, and super chains reach every wrapper" do

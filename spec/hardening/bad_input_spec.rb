@@ -36,7 +36,8 @@ module BadInput
     ["a Float", 1.5, /name must be a Symbol or String, got 1\.5/],
     ["a Class", String, /name must be a Symbol or String, got String/],
     ["an instance", Object.new, /name must be a Symbol or String, got #<Object:0x\h+>/],
-    ["a Hash", { name: :x }, /name must be a Symbol or String, got \{:name=>:x\}/],
+    # As this Ruby inspects a Hash: {:name=>:x} up to 3.3, {name: :x} from 3.4 on.
+    ["a Hash", { name: :x }, /name must be a Symbol or String, got #{Regexp.escape({ name: :x }.inspect)}/],
     ["an Array", [:x], /name must be a Symbol or String, got \[:x\]/]
   ].freeze
 
