@@ -5,7 +5,7 @@ require "io/wait"
 module StaticTracing
   # Toggles tracing when the configured signal arrives.
   #
-  # The signal handler (native, installed with signal-hook-registry and
+  # The signal handler (native, a sigaction handler of its own,
   # chained with the handler that was there) only counts the signal and
   # writes a byte to a pipe. A thread of this process waits on the pipe and
   # applies the toggles, with the GVL held, as soon as the scheduler lets it:

@@ -150,7 +150,7 @@ RSpec.describe StaticTracing::CLI::ProcessState do
         "[1, 2]" => "it is not a JSON object",
         JSON.generate(state("pid" => own_pid + 1)) => "it names pid #{own_pid + 1}",
         JSON.generate(state("format" => 2)) => "it has format 2, this static-tracing reads format 1",
-        JSON.generate(state("mode" => "sometimes")) => 'its mode "sometimes" is not one of on, off, signal'
+        JSON.generate(state("mode" => "sometimes")) => 'its mode "sometimes" is not one of on, off, signal, attach'
       }.each do |contents, reason|
         publish(File.join(root, "dir"), contents)
         expect(process.read).to be_nil

@@ -105,8 +105,8 @@ module BadInput
 
   # [value, what the message says about it]
   MODES = [
-    [:onn, /invalid mode :onn: valid modes are :on, :off and :signal/],
-    ["of", /invalid mode "of": valid modes are :on, :off and :signal/],
+    [:onn, /invalid mode :onn: valid modes are :on, :off, :signal and :attach/],
+    ["of", /invalid mode "of": valid modes are :on, :off, :signal and :attach/],
     ["signal ", /invalid mode "signal ": valid modes are/],
     [nil, /invalid mode nil: valid modes are/],
     [1, /invalid mode 1: valid modes are/],
@@ -536,15 +536,16 @@ RSpec.describe "Awkward but valid data, as bpftrace reads it", :e2e do
     expect(tracer.finish).to match(/^@hits: 2$/)
   end
 
+  # A mistake surfaces at the first unattached call (spec/fidelity/blocks_spec.rb);
+  # while traced it is counted, never raised into the caller, and fires nothing.
   it "checks what a StaticTracing.tracepoint block returns while a tracer is attached" do
     app.evaluate("def computed(value) = StaticTracing.tracepoint(:awkward, :computed, Integer, String) { value }")
     expect(app.evaluate("computed([0, 'declared, not attached'])")).to be_nil
     tracer = attach_bpftrace(app.pid, "usdt:*:awkward:computed { @hits = count(); }")
     expect(app.evaluate("computed([1, 'x'])")).to eq([1, "x"])
-    expect { app.evaluate("computed(['x', 1])") }
-      .to raise_error(E2E::RemoteError, /TypeError: tracepoint awkward:computed argument 1 must be an Integer/)
-    expect { app.evaluate("computed([1])") }
-      .to raise_error(E2E::RemoteError, /ArgumentError: tracepoint awkward:computed takes 2 arguments .*1 given/)
+    expect(app.evaluate("computed(['x', 1])")).to be_nil
+    expect(app.evaluate("computed([1])")).to be_nil
+    expect(app.evaluate("StaticTracing::Blocks.errors")).to eq(2)
     expect(tracer.finish).to match(/^@hits: 1$/)
   end
 end

@@ -181,19 +181,6 @@ impl LoadedImage {
         })
     }
 
-    /// [`LoadedImage::probe_site`] for a probe known to be in the image;
-    /// kept only until the binding calls `probe_site`.
-    pub fn site(&self, index: usize) -> ProbeSite {
-        assert!(
-            index < self.layout.probe_count(),
-            "probe {index} is not in this image"
-        );
-        ProbeSite {
-            stub: self.base + self.layout.stub_address(index) as usize,
-            semaphore: self.base + self.layout.semaphore_address(index) as usize,
-        }
-    }
-
     /// The file a tracer can name (`usdt:PATH:provider:probe`).
     pub fn path(&self) -> PathBuf {
         match &self.backing {

@@ -52,9 +52,6 @@ fn set(ruby: &Ruby, klass: Value, state: Value) -> Result<Value, Error> {
 }
 
 pub fn init(ruby: &Ruby) -> Result<(), Error> {
-    // TEMPORARY, for the lead: this call belongs first in `ruby_api::init`
-    // (mod.rs), which was being rewritten; class_state's init runs first.
-    super::errors::init(ruby)?;
     let native = root(ruby).define_module("Native")?;
     native.define_singleton_method("class_state", function!(get, 1))?;
     native.define_singleton_method("set_class_state", function!(set, 2))?;

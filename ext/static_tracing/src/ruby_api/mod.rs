@@ -51,6 +51,8 @@ fn arm_signal(ruby: &Ruby, signal: i32, wake_fd: i32) -> Result<(), Error> {
 }
 
 pub fn init(ruby: &Ruby) -> Result<(), Error> {
+    // First: every other init may raise one of the gem's errors.
+    errors::init(ruby)?;
     let native = root(ruby).define_module("Native")?;
     native.define_singleton_method(
         "supported?",

@@ -70,7 +70,7 @@ impl State {
 
 fn publish_sites(slots: &[Arc<SiteSlot>], image: Option<&LoadedImage>) {
     for (index, slot) in slots.iter().enumerate() {
-        slot.set(image.map(|image| image.site(index)));
+        slot.set(image.and_then(|image| image.probe_site(index)));
     }
 }
 
