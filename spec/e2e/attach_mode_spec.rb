@@ -8,7 +8,7 @@ RSpec.describe "Attach mode with bpftrace", :e2e do
   include CLIHelpers
 
   def counts(output)
-    output.scan(/^@(\w*)(?:\[[^\]]*\])?: (\d+)$/).to_h { |name, count| [name, count.to_i] }
+    output.scan(/^@(\w*)(?:\[[^\]]*\])?: (\d+)$/).to_h.transform_values(&:to_i)
   end
 
   # What `static-tracing list PID --json` says is armed, as "provider:probe".
