@@ -108,6 +108,9 @@ RSpec.describe "static-tracing list for a process with another root directory", 
   it "shows the stub of a process outside the command's chroot by the process's path to it" do
     process, path = start(*in_namespace(*ruby_with_gem))
     stub = listed_stub(process.pid, in_namespace("chroot", chroot_dir, RbConfig.ruby, exe))
-    expect(stub).to include("path" => path, "mapping" => path)
+    expect(stub["path"]).to eq(path)
+    # The kernel names the file from the reader's root, or from the top of
+    # the mount tree when that root does not lead to it (this run itself in a chroot).
+    expect(stub["mapping"]).to end_with(path)
   end
 end
