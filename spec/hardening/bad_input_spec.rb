@@ -523,8 +523,11 @@ RSpec.describe "Awkward but valid data, as bpftrace reads it", :e2e do
     read = tracer.finish.lines.map(&:chomp).grep(/\A</).map { |line| line[1...-1] }
     alphabet = ("a".."z").to_a.join
     expect(read.size).to eq(1)
-    expect(read.first).to eq((alphabet * 10)[0, read.first.size])
     expect(read.first.size).to eq(BadInput::BPFTRACE_STRLEN - 1)
+    # bpftrace 0.17 cuts the string silently; later versions show the cut
+    # with a ".." trailer in place of its last two bytes.
+    text = read.first.delete_suffix("..")
+    expect(text).to eq((alphabet * 10)[0, text.size])
   end
 
   it "refuses wrong values while a tracer is attached, and no probe fires for them" do
