@@ -170,13 +170,14 @@ module StaticTracing
         end
       rescue StandardError, ScriptError => e
         warn_once([:added, klass.object_id, name],
-                  "static_tracing: not tracing #{klass}##{name}: #{e.class}: #{e.message}")
+                  "static_tracing: not tracing #{method_label(klass, name)}: #{e.class}: #{e.message}")
       end
 
       def method_gone(klass, name)
         @lock.synchronize { probes_named(klass, name).each { |probe| remove(probe) } }
       rescue StandardError => e
-        warn_once([:gone, klass.object_id, name], "static_tracing: could not unwrap #{klass}##{name}: #{e.message}")
+        warn_once([:gone, klass.object_id, name],
+                  "static_tracing: could not unwrap #{method_label(klass, name)}: #{e.message}")
       end
 
       def visibility_changed(klass, names)

@@ -92,7 +92,7 @@ module StaticTracing
           if @deferred
             @deferred[provider] = true
           elsif provider.loaded?
-            Watcher.soon([:load_declared, provider], Configuration.attach_delay / 2.0) { load_declared(provider) }
+            Watcher.soon([:load_declared, provider], Watcher.period) { load_declared(provider) }
           else
             load_for_tracing(provider)
           end

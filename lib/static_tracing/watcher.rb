@@ -61,15 +61,6 @@ module StaticTracing
         end
       end
 
-      # Whether a tracer is attached to +tracepoint+, as last seen (nil when
-      # it is not watched).
-      def attached?(tracepoint)
-        @lock.synchronize do
-          id = @ids[tracepoint]
-          id && @attached.fetch(id, false)
-        end
-      end
-
       def watching?(tracepoint)
         @lock.synchronize { @ids.key?(tracepoint) }
       end
@@ -96,7 +87,8 @@ module StaticTracing
         end
       end
 
-      # How long the native poller sleeps between scans: half the bound.
+      # How long the native poller sleeps between scans, and a job waits
+      # before it runs: half the bound.
       def period
         Configuration.attach_delay / 2.0
       end

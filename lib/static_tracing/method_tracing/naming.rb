@@ -21,6 +21,8 @@ module StaticTracing
     # Provider name => probe name => the method holding it, as
     # method_label names it (every anonymous class's method +name+ as one).
     @claims = {}
+    # Singleton class => the module it belongs to, found once (weakly).
+    @attached_modules = ObjectSpace::WeakMap.new
 
     class << self
       # The provider name a class's probes get by default: Admin::UsersController => admin_users_controller.
@@ -55,6 +57,14 @@ module StaticTracing
       # The class or module whose singleton class +singleton+ is, or nil
       # (the singleton class of another object).
       def attached_module(singleton)
+        @attached_modules[singleton] ||= find_attached_module(singleton)
+      end
+
+      private
+
+      # Ruby 3.1 has no Class#attached_object: the heap is searched for the
+      # one object whose singleton class this is.
+      def find_attached_module(singleton)
         attached = if singleton.respond_to?(:attached_object)
                      singleton.attached_object
                    else
@@ -62,8 +72,6 @@ module StaticTracing
                    end
         attached if attached.is_a?(Module)
       end
-
-      private
 
       # The probe the method +method_name+ of +klass+ fires in +provider+:
       # +name+, or the first of name_2, name_3, ... that no other method holds.
