@@ -220,8 +220,9 @@ module StaticTracing
     if block_given?
       settings = Configuration::Settings.new(Configuration.mode, Configuration.signal, Configuration.attach_delay)
       yield settings
-      Configuration.attach_delay = settings.attach_delay
       Configuration.send(:apply, settings.mode, settings.signal)
+      # Last: it cannot fail, and apply can (a signal that cannot be taken).
+      Configuration.attach_delay = settings.attach_delay
     end
     Configuration
   end
