@@ -68,7 +68,7 @@ RSpec.describe "Attach mode with bpftrace", :e2e do
     it "times latency blocks with no signal, declared and loaded as they first run" do
       app.evaluate("def pay = StaticTracing.latency(name: :pay, provider: :checkout) { :paid }")
       expect(app.evaluate("pay")).to eq(:paid)
-      eventually("checkout:pay is listed") { bpftrace_list(app.pid, "usdt:*:checkout:pay").size == 1 }
+      wait_until_listed(app.pid, "usdt:*:checkout:pay")
       tracer = attach_bpftrace(app.pid, "usdt:*:checkout:pay { @pays = count(); }")
       expect(app.evaluate("5.times { pay }; :done")).to eq(:done)
       expect(counts(tracer.finish)["pays"]).to eq(5)
@@ -79,7 +79,7 @@ RSpec.describe "Attach mode with bpftrace", :e2e do
         class FooBar; include StaticTracing::LatencyTracer; def index = 1; end
         module Foo; class Bar; include StaticTracing::LatencyTracer; def index = 2; def valid? = true; def valid_p = 3; end; end
       RUBY
-      probes = bpftrace_list(app.pid, "usdt:*:foo_bar:*").map { |line| line[/\w+\z/] }
+      probes = wait_until_listed(app.pid, "usdt:*:foo_bar:*", count: 4).map { |line| line[/\w+\z/] }
       expect(probes).to match_array(%w[index index_2 valid_p valid_p_2])
 
       tracer = attach_bpftrace(app.pid, "usdt:*:foo_bar:index_2 { @second = count(); }")

@@ -86,6 +86,7 @@ RSpec.describe "Tracing methods with bpftrace", :e2e do
           def inner = :inner
         end
       RUBY
+      wait_until_listed(app.pid, "usdt:*:stack_demo_stack:*", count: 3)
       tracer = attach_bpftrace(app.pid, 'usdt:*:stack_demo_stack:inner { printf("%s\n", str(arg0)); }')
       expect(app.evaluate("StackDemo.new.outer")).to eq(:inner)
       app.evaluate("StaticTracing::StackTracer.max_bytes = 40") # room for the two innermost frames (32 bytes)

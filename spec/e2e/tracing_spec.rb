@@ -67,7 +67,7 @@ RSpec.describe "Tracing runtime probes with bpftrace", :e2e do
 
   it "is listed by bpftrace -l with -p and by bcc's tplist, and found by wildcards" do
     app.evaluate("provider.add_tracepoint(:bye)")
-    listed = bpftrace_list(app.pid, "usdt:*:e2e_app:*")
+    listed = wait_until_listed(app.pid, "usdt:*:e2e_app:*", count: 2)
     expect(listed).to contain_exactly(
       "usdt:/proc/#{app.pid}/root#{stub_path}:e2e_app:hello", "usdt:/proc/#{app.pid}/root#{stub_path}:e2e_app:bye"
     )
@@ -124,7 +124,8 @@ RSpec.describe "Tracing runtime probes with bpftrace", :e2e do
     expect(app.evaluate("provider.path")).to eq(stub_path)
     expect(app.evaluate("4.times.map { hello.fire(1, 'after', 0.0) }")).to eq([true] * 4)
 
-    expect(bpftrace_list(app.pid, "usdt:*:e2e_app:late")).to eq(["usdt:/proc/#{app.pid}/root#{stub_path}:e2e_app:late"])
+    expect(wait_until_listed(app.pid,
+                             "usdt:*:e2e_app:late")).to eq(["usdt:/proc/#{app.pid}/root#{stub_path}:e2e_app:late"])
     late = attach_bpftrace(app.pid, 'usdt:*:e2e_app:late { printf("late %ld\n", arg0); }')
     expect(app.evaluate("late.fire(77)")).to be(true)
     expect(late.finish(after: /^late 77$/)).to include("late 77")

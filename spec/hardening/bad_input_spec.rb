@@ -545,6 +545,7 @@ RSpec.describe "Awkward but valid data, as bpftrace reads it", :e2e do
   it "checks what a StaticTracing.tracepoint block returns while a tracer is attached" do
     app.evaluate("def computed(value) = StaticTracing.tracepoint(:awkward, :computed, Integer, String) { value }")
     expect(app.evaluate("computed([0, 'declared, not attached'])")).to be_nil
+    wait_until_listed(app.pid, "usdt:*:awkward:computed")
     tracer = attach_bpftrace(app.pid, "usdt:*:awkward:computed { @hits = count(); }")
     expect(app.evaluate("computed([1, 'x'])")).to eq([1, "x"])
     expect(app.evaluate("computed(['x', 1])")).to be_nil

@@ -116,7 +116,7 @@ RSpec.describe "Providers across fork", :e2e do
       expect(parent.evaluate("3.times.map { $hello.fire(1) }")).to eq([true] * 3)
       # Nobody else maps the file now: growing the provider rewrites it in place.
       inode = File.stat(path).ino
-      parent.evaluate("$provider.add_tracepoint(:later)")
+      parent.evaluate("$provider.add_tracepoint(:later); $provider.load")
       expect(parent.evaluate("$provider.path")).to eq(path)
       expect(File.stat(path).ino).to eq(inode)
       expect(parent.evaluate("$hello.fire(1)")).to be(true)

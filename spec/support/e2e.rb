@@ -306,6 +306,16 @@ module E2E
       out.lines.map(&:strip).grep(/^usdt:/)
     end
 
+    # Waits until `bpftrace -l PATTERN -p PID` lists +count+ probes: a probe
+    # declared into a loaded provider is attachable within attach_delay,
+    # not at once. Returns the lines.
+    def wait_until_listed(pid, pattern, count: 1)
+      eventually("#{count} probe(s) #{pattern} are listed in process #{pid}") do
+        listed = bpftrace_list(pid, pattern)
+        listed if listed.size == count
+      end
+    end
+
     def stop_started_processes
       started_processes.reverse_each(&:kill)
     end
