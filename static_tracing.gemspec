@@ -17,7 +17,7 @@ Gem::Specification.new do |spec|
   spec.metadata["rubygems_mfa_required"] = "true"
 
   spec.files = Dir[
-    "README.md", "LICENSE", "Cargo.toml", "Cargo.lock",
+    "README.md", "docs/*.md", "LICENSE", "Cargo.toml", "Cargo.lock",
     "lib/**/*.rb", "exe/*",
     "ext/static_tracing/{Cargo.toml,extconf.rb}", "ext/static_tracing/src/**/*.rs",
     "ext/stapsdt/Cargo.toml", "ext/stapsdt/src/**/*.rs"
