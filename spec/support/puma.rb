@@ -1,0 +1,114 @@
+# frozen_string_literal: true
+
+require "net/http"
+require "open3"
+require "rbconfig"
+
+module E2E
+  # The example app (examples/puma) under a real puma master in cluster
+  # mode (examples/puma/puma.rb: preload_app!, 4 threads a worker), on a
+  # free loopback port. Workers are found by the lines the master logs as
+  # each one boots; a restart waits for the next generation's lines.
+  class Puma < Child
+    APP = File.join(ROOT, "examples", "puma")
+    CONFIG = File.join(APP, "puma.rb")
+
+    class << self
+      # puma's script on PATH, or nil.
+      def executable
+        ENV.fetch("PATH", "").split(File::PATH_SEPARATOR).map { |dir| File.join(dir, "puma") }
+           .find { |path| File.file?(path) && File.executable?(path) }
+      end
+
+      # Why puma cannot serve the app under this Ruby, or nil. Debian builds
+      # puma's C extension for its default Ruby only.
+      def unavailable_reason
+        return @unavailable_reason if defined?(@unavailable_reason)
+
+        @unavailable_reason =
+          if executable.nil? then "puma is not installed"
+          else
+            out, status = Open3.capture2e(RbConfig.ruby, "-e", 'require "puma"; require "puma/puma_http11"')
+            "puma cannot be loaded by Ruby #{RUBY_VERSION}: #{out.lines.first&.strip}" unless status.success?
+          end
+      end
+    end
+
+    attr_reader :port
+
+    # PIDs of the workers now serving, by worker index.
+    attr_reader :worker_pids
+
+    # puma's script is run by this Ruby, whatever Ruby its #! line names,
+    # since the extension in LIB is built for this one; a hot restart
+    # re-executes the same command line, in the same process.
+    def initialize(workers: 2, env: {})
+      @port = E2E.free_port
+      @workers = workers
+      puma_env = { "PUMA_LISTEN" => "127.0.0.1:#{@port}", "PUMA_WORKERS" => workers.to_s }
+      super(RbConfig.ruby, Puma.executable, "-I", LIB, "-C", CONFIG, File.join(APP, "config.ru"),
+            env: env.merge(puma_env))
+      @worker_pids = booted_workers(from: 0)
+    end
+
+    # Sends +signal+ (USR1, USR2) to the master and waits until a whole new
+    # generation of workers has booted. Returns what the master logged since.
+    def restart(signal, timeout: 30)
+      mark = output.size
+      Process.kill(signal, pid)
+      @worker_pids = booted_workers(from: mark, timeout:)
+      output[mark..]
+    end
+
+    # GETs +path+ +requests+ times from +clients+ threads at once, each
+    # request on a connection of its own, so that whichever worker has a
+    # free thread accepts it. Returns the PID of the worker that served
+    # each request, as its answer says ("served by PID").
+    def serve(path, requests:, clients: 8)
+      paths = Queue.new
+      requests.times { paths << path }
+      paths.close
+      clients.times.map do
+        Thread.new do
+          served = []
+          while (next_path = paths.pop)
+            served << Integer(get(next_path)[/served by (\d+)/, 1])
+          end
+          served
+        end
+      end.flat_map(&:value)
+    end
+
+    # The body of GET +path+; raises unless the answer is a 200.
+    def get(path)
+      Net::HTTP.start("127.0.0.1", @port, open_timeout: 5, read_timeout: 10) do |http|
+        response = http.get(path)
+        raise "GET #{path}: #{response.code} #{response.body}" unless response.code == "200"
+
+        response.body
+      end
+    end
+
+    def name
+      "puma master #{pid}"
+    end
+
+    private
+
+    # The PIDs, by index, of the workers whose boot the master logged after
+    # offset +from+ of the output.
+    def booted_workers(from:, timeout: DEFAULT_TIMEOUT)
+      @workers.times.map do |index|
+        Integer(wait_for(/- Worker #{index} \(PID: (\d+)\) booted\b/, from:, timeout:)[1])
+      end
+    end
+  end
+
+  module Helpers
+    def start_puma(**options)
+      reason = Puma.unavailable_reason
+      cannot_run!(reason, component: :puma) if reason
+      Puma.new(**options).tap { |puma| started_processes << puma }
+    end
+  end
+end
