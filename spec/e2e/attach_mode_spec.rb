@@ -34,7 +34,10 @@ RSpec.describe "Attach mode with bpftrace", :e2e do
     end
 
     it "lists every probe from boot, and wraps only the method a tracer attaches to, while it is attached" do
-      expect(bpftrace_list(app.pid, "usdt:*:shop:*").map { |line| line[/\w+\z/] }).to match_array(%w[buy sell browse])
+      # The first method loads the provider; the other two join it within
+      # attach_delay (one reload for both), so boot lists all three.
+      listed = wait_until_listed(app.pid, "usdt:*:shop:*", count: 3)
+      expect(listed.map { |line| line[/\w+\z/] }).to match_array(%w[buy sell browse])
       expect(app.evaluate("wrapped")).to eq([])
       expect(armed(app.pid)).to eq([])
 
@@ -52,6 +55,7 @@ RSpec.describe "Attach mode with bpftrace", :e2e do
     end
 
     it "keeps a method armed while a second tracer stays attached to its probe" do
+      wait_until_listed(app.pid, "usdt:*:shop:sell")
       first = attach_bpftrace(app.pid, "usdt:*:shop:sell { @sells = count(); }")
       second = attach_bpftrace(app.pid, "usdt:*:shop:sell { @sells = count(); }")
       eventually("sell is wrapped") { app.evaluate("wrapped") == [:sell] }
