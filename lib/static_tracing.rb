@@ -33,8 +33,8 @@ module StaticTracing
       Native.supported?
     end
 
-    # Called by the native side when a stub had to go somewhere other than
-    # the first stub directory: says so once for each set of reasons.
+    # Called by Provider when the native side put a stub somewhere other
+    # than the first stub directory: says so once for each set of reasons.
     def warn_stub_fallback(skipped)
       warn_stub_directories(skipped.join("; "), "stub directory skipped")
     end

@@ -176,6 +176,39 @@ RSpec.describe StaticTracing::Provider do
       other = described_class.register(:fallback_again)
       expect { other.load }.not_to output.to_stderr
     end
+
+    it "is told by the native side which directories it passed over, and why; the gem warns" do
+      ENV["STATIC_TRACING_DIR"] = File.join(@tmp, "open")
+      Dir.mkdir(ENV.fetch("STATIC_TRACING_DIR"), 0o755)
+      File.chmod(0o755, ENV.fetch("STATIC_TRACING_DIR"))
+      ENV["XDG_RUNTIME_DIR"] = @tmp
+      provider = described_class.register(:fallback_reported)
+      allow(StaticTracing).to receive(:warn_stub_fallback)
+      expect(provider.send(:_load)).to contain_exactly(/open \(\$STATIC_TRACING_DIR\): its mode is 0755/)
+      expect(StaticTracing).not_to have_received(:warn_stub_fallback)
+    end
+  end
+
+  describe "the probe table" do
+    let(:provider) { described_class.register(:one_table) }
+
+    it "is one: the probes in the stub are #tracepoints, in order, however they were declared" do
+      first = provider.add_tracepoint(:first, Integer)
+      second, declared = provider.send(:_declare, "second", [String])
+      expect(declared).to be(true)
+      expect(provider.send(:_declare, "first", [Integer])).to eq([first, false])
+      expect(provider.tracepoints).to eq(first:, second:)
+      provider.load
+      expect(notes(provider.path)).to eq([%w[one_table first], %w[one_table second]])
+      expect(provider.tracepoints).to be_frozen
+    end
+
+    it "gives concurrent declarations of one name the same Tracepoint" do
+      tracepoints = Array.new(4) { Thread.new { Array.new(50) { |i| provider.add_tracepoint(:"p#{i}", Integer) } } }
+                         .map(&:value)
+      expect(tracepoints.uniq { |list| list.map(&:object_id) }.size).to eq(1)
+      expect(provider.tracepoints.size).to eq(50)
+    end
   end
 
   describe "#unregister" do
@@ -208,5 +241,23 @@ RSpec.describe StaticTracing::Provider do
     expect { described_class.new }.to raise_error(NoMethodError)
     expect { described_class.allocate }.to raise_error(TypeError)
     expect { described_class._new("x") }.to raise_error(NoMethodError)
+  end
+
+  it "is built whole by .new, which runs #initialize: no second step" do
+    provider = described_class.send(:new, "built_whole")
+    expect(provider.name).to eq(:built_whole)
+    expect(provider.inspect).to include("built_whole (0 tracepoints, not loaded)")
+    expect(provider.send(:load_declared)).to be_nil
+  end
+
+  it "refuses a declaration on a new provider without building one" do
+    GC.disable
+    before = ObjectSpace.each_object(described_class).count
+    expect { StaticTracing::Tracepoint.new(:never_built, :probe, Symbol) }
+      .to raise_error(ArgumentError, /never_built:probe argument 1 type must be Integer, String or Float/)
+    expect(ObjectSpace.each_object(described_class).count).to eq(before)
+    expect(StaticTracing.providers.key?(:never_built)).to be(false)
+  ensure
+    GC.enable
   end
 end

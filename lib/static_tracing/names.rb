@@ -1,8 +1,10 @@
 # frozen_string_literal: true
 
 module StaticTracing
-  # Provider and probe names arrive as Symbols or Strings; the native side
-  # checks them against the naming rule (Native::NAME_RULE).
+  # Provider and probe names arrive as Symbols or Strings. #string is where
+  # a name from Ruby is checked, against the naming rule the native side
+  # owns (Native::NAME_RULE); the stapsdt crate checks again only to defend
+  # itself as a library.
   module Names
     SHOWN_BYTES = 256
 

@@ -11,8 +11,10 @@ module StaticTracing
   #   provider.load
   #   hello.fire(42, "hi")
   #
-  # The native half (lib/static_tracing/static_tracing.so) implements
-  # #name, #loaded?, #path and the private _declare, _load and _unload.
+  # The native half (lib/static_tracing/static_tracing.so) owns the probe
+  # table and the image: it implements .new (which runs #initialize),
+  # #name, #tracepoints, #loaded?, #path and the private _declare, _load,
+  # _stale?, _unload and ._check_declaration.
   class Provider
     class << self
       # The provider named +name+, created on first use.
@@ -20,7 +22,7 @@ module StaticTracing
         created = false
         provider = StaticTracing.providers.fetch_or_create(name) do |string|
           created = true
-          _new(string).tap { |created_provider| created_provider.send(:setup) }
+          new(string)
         end
         MethodTracing.provider_registered(provider.name) if created
         provider
@@ -32,14 +34,20 @@ module StaticTracing
       end
 
       # Raises what declaring +probe+ with +types+ on a new provider
-      # +name+ would, and registers nothing: a refused declaration must not
+      # +name+ would, and builds nothing: a refused declaration must not
       # leave its provider behind in the registry.
       def check_declaration(name, probe, types)
-        _new(Names.string(:provider, name)).send(:_declare, Names.string(:probe, probe), types)
+        _check_declaration(Names.string(:provider, name), Names.string(:probe, probe), types)
         nil
       end
 
-      private :_new, :new
+      private :new, :_check_declaration
+    end
+
+    def initialize(_name)
+      @lock = Monitor.new
+      @explicitly_loaded = false
+      @unregistered = false
     end
 
     # Declares a probe with up to six argument types (Integer, String,
@@ -50,22 +58,9 @@ module StaticTracing
     # once for every probe declared meanwhile, not once per probe.
     def add_tracepoint(name, *types)
       ensure_registered
-      string = Names.string(:probe, name)
-      key = string.to_sym
-      tracepoint = @lock.synchronize do
-        existing = @tracepoints[key]
-        return existing if existing && existing.types == types
-        raise ArgumentError, redeclaration_message(existing, types) if existing
-
-        @tracepoints[key] = _declare(string, types)
-      end
-      Switch.declared(self)
+      tracepoint, declared = _declare(Names.string(:probe, name), types)
+      Switch.declared(self) if declared
       tracepoint
-    end
-
-    # Name => Tracepoint, in declaration order.
-    def tracepoints
-      @lock.synchronize { @tracepoints.dup.freeze }
     end
 
     # Generates the provider's stub and loads it, so tracers can attach; on
@@ -76,7 +71,7 @@ module StaticTracing
       ensure_registered
       @lock.synchronize do
         @explicitly_loaded = true
-        StaticTracing.supported? ? _load : StaticTracing.warn_unsupported
+        StaticTracing.supported? ? load_image : StaticTracing.warn_unsupported
       end
       self
     end
@@ -108,7 +103,7 @@ module StaticTracing
 
     def inspect
       state = loaded? ? "loaded from #{path}" : "not loaded"
-      "#<#{self.class} #{name} (#{@tracepoints.size} tracepoints, #{state})>"
+      "#<#{self.class} #{name} (#{tracepoints.size} tracepoints, #{state})>"
     end
     alias to_s inspect
 
@@ -123,10 +118,11 @@ module StaticTracing
                                   "register it again with StaticTracing::Provider.register(:#{name})"
     end
 
-    def setup
-      @tracepoints = {}
-      @lock = Monitor.new
-      @explicitly_loaded = false
+    # Loads the image, or the probes declared since; the native side says
+    # which stub directories it passed over, and why, and this warns.
+    def load_image
+      skipped = _load
+      StaticTracing.warn_stub_fallback(skipped) unless skipped.empty?
     end
 
     # Loads the provider for StaticTracing.enable!; true if it was not loaded.
@@ -134,24 +130,19 @@ module StaticTracing
       @lock.synchronize do
         next false if loaded? || !StaticTracing.supported?
 
-        _load
+        load_image
         true
       end
     end
 
     # Loads the probes declared since the stub was loaded (Switch.declared).
     def load_declared
-      @lock.synchronize { _load if loaded? && _stale? }
+      @lock.synchronize { load_image if loaded? && _stale? }
     end
 
     # Unloads the provider for StaticTracing.disable!, unless it was loaded explicitly since.
     def unload_for_tracing
       @lock.synchronize { _unload unless @explicitly_loaded }
-    end
-
-    def redeclaration_message(existing, types)
-      "#{existing.label} is already declared with #{Tracepoint.signature(existing.types)}; " \
-        "cannot redeclare it with #{Tracepoint.signature(types)}"
     end
   end
 end

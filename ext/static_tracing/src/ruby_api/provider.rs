@@ -1,9 +1,10 @@
-//! `StaticTracing::Provider`: a probe namespace and its loaded image.
+//! `StaticTracing::Provider`: a probe namespace, its probe table and its
+//! loaded image.
 //!
-//! The native side keeps what the image is generated from (the probes in
-//! declaration order) and the image itself; `lib/static_tracing/provider.rb`
-//! keeps the registry and the name => Tracepoint table. No Ruby value is
-//! held here, so there is nothing to mark.
+//! The probe table (probe name => Tracepoint, in declaration order) has one
+//! copy, here: the image is generated from it, and
+//! `lib/static_tracing/provider.rb` reads it through `tracepoints`. The Ruby
+//! side keeps the registry and when to load.
 
 use super::arguments;
 use super::errors::{argument_error, base_error, provider_load_error};
@@ -13,32 +14,36 @@ use crate::attach_watch;
 use crate::internal_probes;
 use crate::site_slot::SiteSlot;
 use magnus::{
-    function, method, prelude::*, typed_data::Obj, DataTypeFunctions, Error, RArray, Ruby, Symbol,
-    TypedData,
+    function, gc::Marker, method, prelude::*, r_hash::ForEach, typed_data::Obj, value::Opaque,
+    DataTypeFunctions, Error, RArray, RHash, Ruby, Symbol, TypedData, Value,
 };
 use stapsdt::elf::ImageSpec;
 use stapsdt::image::{self, LoadError, LoadedImage, PublishError, Reloaded, Skipped};
-use stapsdt::names::{self, NameKind};
 use stapsdt::stub_dir;
 use stapsdt::{Arch, ProbeSpec};
 use std::cell::{Ref, RefCell, RefMut};
-use std::collections::HashSet;
 use std::sync::Arc;
 
 #[derive(TypedData)]
-#[magnus(class = "StaticTracing::Provider", free_immediately)]
+#[magnus(class = "StaticTracing::Provider", free_immediately, mark)]
 pub struct Provider {
     name: String,
+    /// The probe table: probe name (a Symbol) => Tracepoint, in declaration
+    /// order, which is the order of the probes in the image. A Ruby Hash so
+    /// that marking it never needs a borrow; only `declare` changes it, and
+    /// Ruby code only ever sees frozen copies.
+    tracepoints: Opaque<RHash>,
     state: RefCell<State>,
 }
 
-impl DataTypeFunctions for Provider {}
+impl DataTypeFunctions for Provider {
+    fn mark(&self, marker: &Marker) {
+        marker.mark(self.tracepoints);
+    }
+}
 
 #[derive(Default)]
 struct State {
-    probes: Vec<ProbeSpec>,
-    names: HashSet<String>,
-    slots: Vec<Arc<SiteSlot>>,
     image: Option<LoadedImage>,
     /// Probes were declared since the image was built: the next `_load`
     /// reloads it with them.
@@ -61,16 +66,25 @@ impl Drop for State {
 }
 
 impl State {
-    /// Points every tracepoint at its probe in the current image, or at
-    /// nothing when unloaded.
-    fn publish_sites(&self) {
-        publish_sites(&self.slots, self.image.as_ref());
+    /// Loaded, with every probe declared so far.
+    fn is_current(&self) -> bool {
+        self.image.is_some() && !self.stale
     }
 }
 
-fn publish_sites(slots: &[Arc<SiteSlot>], image: Option<&LoadedImage>) {
-    for (index, slot) in slots.iter().enumerate() {
-        slot.set(image.and_then(|image| image.probe_site(index)));
+/// The probe table as the image needs it: what each probe is, and the slot
+/// its site is published in, in declaration order.
+struct Probes {
+    specs: Vec<ProbeSpec>,
+    slots: Vec<Arc<SiteSlot>>,
+}
+
+impl Probes {
+    /// Points every tracepoint at its probe in `image`, or at nothing.
+    fn publish_sites(&self, image: Option<&LoadedImage>) {
+        for (index, slot) in self.slots.iter().enumerate() {
+            slot.set(image.and_then(|image| image.probe_site(index)));
+        }
     }
 }
 
@@ -107,44 +121,91 @@ impl Provider {
         &self.name
     }
 
+    /// `Provider.new(name)`: a provider with no probes, handed to Ruby's
+    /// `initialize` before it is returned, as `Class#new` would. The name was
+    /// checked by `StaticTracing::Names` (and `stapsdt` checks it again
+    /// before writing it anywhere).
     fn new(ruby: &Ruby, name: String) -> Result<Obj<Provider>, Error> {
-        names::validate(NameKind::Provider, &name)
-            .map_err(|err| argument_error(ruby, err.to_string()))?;
-        Ok(ruby.obj_wrap(Provider {
-            name,
+        let provider = ruby.obj_wrap(Provider {
+            name: name.clone(),
+            tracepoints: ruby.hash_new().into(),
             state: RefCell::default(),
-        }))
+        });
+        let _: Value = provider.funcall("initialize", (name,))?;
+        Ok(provider)
     }
 
     fn spec<'a>(&'a self, probes: &'a [ProbeSpec]) -> Result<ImageSpec<'a>, LoadError> {
         image::host_spec(&self.name, probes).ok_or(LoadError::Unsupported)
     }
 
-    /// Adds a probe and returns its new Tracepoint. A loaded provider is
-    /// not reloaded here: `_load` does it, once for every probe declared
-    /// since (the Ruby side decides when). On any error nothing is added.
-    /// Redeclarations are resolved by the Ruby side.
+    /// `_declare(name, classes)`: `[tracepoint, declared]`, the Tracepoint
+    /// named `name` and whether this call added it. The same name with the
+    /// same types gives the Tracepoint declared first; with other types, an
+    /// error. A loaded provider is not reloaded here: `_load` does it, once
+    /// for every probe declared since (the Ruby side decides when). On any
+    /// error nothing is added.
     fn declare(
         ruby: &Ruby,
         rb_self: Obj<Provider>,
         name: String,
         classes: RArray,
-    ) -> Result<Obj<Tracepoint>, Error> {
+    ) -> Result<RArray, Error> {
         let label = format!("tracepoint {}:{}", rb_self.name, name);
-        let types = arguments::parse_types(ruby, &label, classes)?;
-        let spec =
-            ProbeSpec::new(&name, &types).map_err(|err| argument_error(ruby, err.to_string()))?;
-        let slot = Arc::new(SiteSlot::default());
-        {
-            let mut state = rb_self.state_mut(ruby)?;
-            if !state.names.insert(name.clone()) {
-                return Err(argument_error(ruby, format!("{label} is already declared")));
-            }
-            state.probes.push(spec);
-            state.slots.push(slot.clone());
-            state.stale |= state.image.is_some();
+        // May run Ruby code (a class's `==`, an `#inspect` for a message), so
+        // it comes before the table is read: from the lookup to the insert
+        // no Ruby code runs, and the GVL keeps other threads out.
+        let parsed = probe_spec(ruby, &label, &name, classes);
+        let table = ruby.get_inner(rb_self.tracepoints);
+        let key = ruby.to_symbol(&name);
+        if let Some(existing) = table.get(key) {
+            let existing = Obj::<Tracepoint>::try_convert(existing)?;
+            return match parsed {
+                Ok(spec) if spec.args() == existing.spec().args() => {
+                    Ok(ruby.ary_new_from_values(&[existing.as_value(), ruby.qfalse().as_value()]))
+                }
+                _ => Err(argument_error(
+                    ruby,
+                    format!(
+                        "{label} is already declared with {}; cannot redeclare it with {}",
+                        arguments::signature(existing.spec().args()),
+                        given_signature(classes)
+                    ),
+                )),
+            };
         }
-        Ok(ruby.obj_wrap(Tracepoint::new(rb_self, name, types, slot)))
+        let tracepoint = ruby.obj_wrap(Tracepoint::new(
+            rb_self,
+            parsed?,
+            Arc::new(SiteSlot::default()),
+        ));
+        let mut state = rb_self.state_mut(ruby)?;
+        table.aset(key, tracepoint)?;
+        state.stale |= state.image.is_some();
+        Ok(ruby.ary_new_from_values(&[tracepoint.as_value(), ruby.qtrue().as_value()]))
+    }
+
+    /// `tracepoints`: the probe table, a frozen copy.
+    fn tracepoints(ruby: &Ruby, rb_self: &Provider) -> Result<RHash, Error> {
+        let copy = ruby.hash_new();
+        copy.update(ruby.get_inner(rb_self.tracepoints))?;
+        copy.freeze();
+        Ok(copy)
+    }
+
+    /// The probe table as the image needs it.
+    fn probes(&self, ruby: &Ruby) -> Result<Probes, Error> {
+        let table = ruby.get_inner(self.tracepoints);
+        let mut probes = Probes {
+            specs: Vec::with_capacity(table.len()),
+            slots: Vec::with_capacity(table.len()),
+        };
+        table.foreach(|_: Symbol, tracepoint: Obj<Tracepoint>| {
+            probes.specs.push(tracepoint.spec().clone());
+            probes.slots.push(tracepoint.slot().clone());
+            Ok(ForEach::Continue)
+        })?;
+        Ok(probes)
     }
 
     fn state(&self, ruby: &Ruby) -> Result<Ref<'_, State>, Error> {
@@ -169,26 +230,20 @@ impl Provider {
     }
 
     /// Rebuilds the loaded image with the probes declared since it was built.
-    fn reload(&self, state: &mut State) -> Result<Vec<Skipped>, LoadError> {
-        let State {
-            probes,
-            slots,
-            image,
-            ..
-        } = state;
-        let Some(loaded) = image.take() else {
+    fn reload(&self, state: &mut State, probes: &Probes) -> Result<Vec<Skipped>, LoadError> {
+        let Some(loaded) = state.image.take() else {
             return Ok(Vec::new());
         };
-        let spec = match self.spec(probes) {
+        let spec = match self.spec(&probes.specs) {
             Ok(spec) => spec,
             Err(err) => {
-                *image = Some(loaded);
+                state.image = Some(loaded);
                 return Err(err);
             }
         };
         let outcome = attach_watch::while_images_change(|| {
             // Until the new image is in, no tracepoint may use the old one.
-            publish_sites(slots, None);
+            probes.publish_sites(None);
             // SAFETY: see the module docs of `ruby_api`: we hold the GVL, so
             // no thread is in a stub, and the slots were cleared above; the
             // attach watcher waits for the lock held here.
@@ -198,26 +253,26 @@ impl Provider {
                 Ok(Reloaded::NewFile { image, skipped }) => (Some(image), Ok(skipped)),
                 Err(failed) => (failed.previous.map(|previous| *previous), Err(failed.error)),
             };
-            *image = reloaded;
-            publish_sites(slots, image.as_ref());
+            state.image = reloaded;
+            probes.publish_sites(state.image.as_ref());
             outcome
         });
         match &outcome {
             Ok(_) => {
                 state.stale = false;
-                self.report_loaded(state);
+                self.report_loaded(state, probes);
             }
             Err(err) => self.report_load_error(err),
         }
         outcome
     }
 
-    fn report_loaded(&self, state: &State) {
+    fn report_loaded(&self, state: &State, probes: &Probes) {
         if let Some(image) = &state.image {
             internal_probes::provider_load(
                 &self.name,
                 || image.path().display().to_string(),
-                state.probes.len(),
+                probes.specs.len(),
             );
         }
     }
@@ -231,38 +286,41 @@ impl Provider {
         internal_probes::load_error(&self.name, || err.to_string());
     }
 
-    /// Loads the image if it is not loaded, or reloads it with the probes
-    /// declared since it was.
-    fn load(ruby: &Ruby, rb_self: &Provider) -> Result<(), Error> {
+    /// `_load`: loads the image if it is not loaded, or reloads it with the
+    /// probes declared since it was. Returns why each stub location passed
+    /// over was (the Ruby side warns), empty when the first one was used.
+    fn load(ruby: &Ruby, rb_self: &Provider) -> Result<Vec<String>, Error> {
+        if rb_self.state(ruby)?.is_current() {
+            return Ok(Vec::new());
+        }
+        let probes = rb_self.probes(ruby)?;
         let loaded = {
             let mut state = rb_self.state_mut(ruby)?;
             if state.image.is_some() {
-                if !state.stale {
-                    return Ok(());
-                }
-                rb_self.reload(&mut state)
+                rb_self.reload(&mut state, &probes)
             } else {
-                rb_self.load_image(&mut state)
+                rb_self.load_image(&mut state, &probes)
             }
         };
-        match loaded {
-            Ok(skipped) => warn_skipped(ruby, skipped),
-            Err(err) => Err(provider_load_error(ruby, err.to_string())),
+        let skipped = loaded.map_err(|err| provider_load_error(ruby, err.to_string()))?;
+        if !skipped.is_empty() {
+            internal_probes::stub_fallback(&skipped);
         }
+        Ok(skipped.iter().map(Skipped::to_string).collect())
     }
 
-    fn load_image(&self, state: &mut State) -> Result<Vec<Skipped>, LoadError> {
+    fn load_image(&self, state: &mut State, probes: &Probes) -> Result<Vec<Skipped>, LoadError> {
         let loaded = self
-            .spec(&state.probes)
+            .spec(&probes.specs)
             .and_then(|spec| LoadedImage::load(&spec, &stub_dir::candidates()));
         match loaded {
             Ok((image, skipped)) => {
                 attach_watch::while_images_change(|| {
                     state.image = Some(image);
-                    state.publish_sites();
+                    probes.publish_sites(state.image.as_ref());
                 });
                 state.stale = false;
-                self.report_loaded(state);
+                self.report_loaded(state, probes);
                 Ok(skipped)
             }
             Err(err) => {
@@ -273,10 +331,14 @@ impl Provider {
     }
 
     fn unload(ruby: &Ruby, rb_self: &Provider) -> Result<(), Error> {
+        if rb_self.state(ruby)?.image.is_none() {
+            return Ok(());
+        }
+        let probes = rb_self.probes(ruby)?;
         let mut state = rb_self.state_mut(ruby)?;
         if let Some(image) = state.image.take() {
             attach_watch::while_images_change(|| {
-                state.publish_sites();
+                probes.publish_sites(None);
                 // SAFETY: see the module docs of `ruby_api`; the slots no
                 // longer point into the image, and the attach watcher waits
                 // for the lock held here.
@@ -308,25 +370,43 @@ impl Provider {
     fn name_symbol(ruby: &Ruby, rb_self: &Provider) -> Symbol {
         ruby.to_symbol(&rb_self.name)
     }
+
+    /// `_check_declaration(provider, probe, classes)`: raises what declaring
+    /// `probe` with `classes` on a new provider named `provider` would, and
+    /// builds nothing.
+    fn check_declaration(
+        ruby: &Ruby,
+        provider: String,
+        probe: String,
+        classes: RArray,
+    ) -> Result<(), Error> {
+        let label = format!("tracepoint {provider}:{probe}");
+        probe_spec(ruby, &label, &probe, classes).map(drop)
+    }
 }
 
-/// Hands the stub locations that were passed over to
-/// `StaticTracing.warn_stub_fallback`, which says so once.
-fn warn_skipped(ruby: &Ruby, skipped: Vec<Skipped>) -> Result<(), Error> {
-    if skipped.is_empty() {
-        return Ok(());
-    }
-    internal_probes::stub_fallback(&skipped);
-    let messages: Vec<String> = skipped.iter().map(Skipped::to_string).collect();
-    root(ruby).funcall::<_, _, magnus::Value>("warn_stub_fallback", (messages,))?;
-    Ok(())
+/// `(Integer, :foo)`: the classes given to a redeclaration, as given.
+fn given_signature(classes: RArray) -> String {
+    let shown: Vec<String> = classes.into_iter().map(|class| class.inspect()).collect();
+    format!("({})", shown.join(", "))
+}
+
+/// The probe `name` declared with `classes`, or why it cannot be.
+fn probe_spec(ruby: &Ruby, label: &str, name: &str, classes: RArray) -> Result<ProbeSpec, Error> {
+    let types = arguments::parse_types(ruby, label, classes)?;
+    ProbeSpec::new(name, &types).map_err(|err| argument_error(ruby, err.to_string()))
 }
 
 pub fn init(ruby: &Ruby) -> Result<(), Error> {
     let class = root(ruby).define_class("Provider", ruby.class_object())?;
     class.undef_default_alloc_func();
-    class.define_singleton_method("_new", function!(Provider::new, 1))?;
+    class.define_singleton_method("new", function!(Provider::new, 1))?;
+    class.define_singleton_method(
+        "_check_declaration",
+        function!(Provider::check_declaration, 3),
+    )?;
     class.define_method("name", method!(Provider::name_symbol, 0))?;
+    class.define_method("tracepoints", method!(Provider::tracepoints, 0))?;
     class.define_method("_declare", method!(Provider::declare, 2))?;
     class.define_method("_load", method!(Provider::load, 0))?;
     class.define_method("_unload", method!(Provider::unload, 0))?;

@@ -11,7 +11,7 @@ use magnus::{
     gc::Marker, method, prelude::*, typed_data::Obj, value::Opaque, DataTypeFunctions, Error,
     RArray, Ruby, Symbol, TypedData, Value,
 };
-use stapsdt::ArgType;
+use stapsdt::{ArgType, ProbeSpec};
 use std::sync::Arc;
 
 #[derive(TypedData)]
@@ -20,8 +20,7 @@ pub struct Tracepoint {
     provider: Opaque<Obj<Provider>>,
     /// `provider:probe`, for messages.
     label: String,
-    name: String,
-    types: Vec<ArgType>,
+    spec: ProbeSpec,
     slot: Arc<SiteSlot>,
 }
 
@@ -32,19 +31,18 @@ impl DataTypeFunctions for Tracepoint {
 }
 
 impl Tracepoint {
-    pub fn new(
-        provider: Obj<Provider>,
-        name: String,
-        types: Vec<ArgType>,
-        slot: Arc<SiteSlot>,
-    ) -> Tracepoint {
+    pub fn new(provider: Obj<Provider>, spec: ProbeSpec, slot: Arc<SiteSlot>) -> Tracepoint {
         Tracepoint {
-            label: format!("tracepoint {}:{}", provider.name(), name),
+            label: format!("tracepoint {}:{}", provider.name(), spec.name()),
             provider: provider.into(),
-            name,
-            types,
+            spec,
             slot,
         }
+    }
+
+    /// The probe: its name and argument types.
+    pub fn spec(&self) -> &ProbeSpec {
+        &self.spec
     }
 
     /// Where this tracepoint's probe is loaded, if it is.
@@ -68,15 +66,16 @@ impl Tracepoint {
     /// it fired. Count and types are checked either way.
     fn fire(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<bool, Error> {
         let rb_self = Self::from_receiver(ruby, &rb_self)?;
-        if args.len() != rb_self.types.len() {
+        let types = rb_self.spec.args();
+        if args.len() != types.len() {
             return Err(argument_error(
                 ruby,
                 format!(
                     "{} takes {} argument{} {}, {} given",
                     rb_self.label,
-                    rb_self.types.len(),
-                    if rb_self.types.len() == 1 { "" } else { "s" },
-                    arguments::signature(&rb_self.types),
+                    types.len(),
+                    if types.len() == 1 { "" } else { "s" },
+                    arguments::signature(types),
                     args.len()
                 ),
             ));
@@ -86,7 +85,7 @@ impl Tracepoint {
         // hold keeps it loaded until this method returns.
         let fire = site.is_some_and(|site| unsafe { site.is_enabled() });
         let mut registers = Registers::new();
-        for (index, (&arg, &value)) in rb_self.types.iter().zip(args).enumerate() {
+        for (index, (&arg, &value)) in types.iter().zip(args).enumerate() {
             registers.set(ruby, &rb_self.label, index, arg, value, fire)?;
         }
         if let (true, Some(site)) = (fire, site) {
@@ -104,13 +103,13 @@ impl Tracepoint {
     fn fire_latency(ruby: &Ruby, rb_self: Value, started: Value) -> Result<bool, Error> {
         let now = nsec();
         let rb_self = Self::from_receiver(ruby, &rb_self)?;
-        if rb_self.types != [ArgType::Int64] {
+        if rb_self.spec.args() != [ArgType::Int64] {
             return Err(argument_error(
                 ruby,
                 format!(
                     "{} is declared {}: fire_latency fires one Integer (Integer)",
                     rb_self.label,
-                    arguments::signature(&rb_self.types)
+                    arguments::signature(rb_self.spec.args())
                 ),
             ));
         }
@@ -139,7 +138,7 @@ impl Tracepoint {
     }
 
     fn name(ruby: &Ruby, rb_self: &Tracepoint) -> Symbol {
-        ruby.to_symbol(&rb_self.name)
+        ruby.to_symbol(rb_self.spec.name())
     }
 
     fn provider(ruby: &Ruby, rb_self: &Tracepoint) -> Obj<Provider> {
@@ -149,7 +148,8 @@ impl Tracepoint {
     fn types(ruby: &Ruby, rb_self: &Tracepoint) -> RArray {
         let types = ruby.ary_from_iter(
             rb_self
-                .types
+                .spec
+                .args()
                 .iter()
                 .map(|&arg| arguments::type_class(ruby, arg)),
         );
