@@ -50,8 +50,10 @@ module StaticTracing
                               "on #{RUBY_PLATFORM} every tracepoint is a no-op")
     end
 
-    private
-
+    # Says +message+ unless a warning was given under +key+ before: the
+    # process's one table of warnings given, for the whole gem. A key that
+    # names a class does so by object_id (never reused), so that a warning
+    # does not keep its class alive.
     def warn_once(key, message)
       return if @warned[key]
 

@@ -26,9 +26,6 @@ module StaticTracing
     # provider when it was unregistered: registering the name again
     # declares them anew.
     @orphaned = {}
-    # Warnings given, by keys that name classes by object_id (never reused),
-    # so that a warning does not keep its class alive.
-    @warned = {}
 
     class << self
       # Traces the methods of +owner+ a new rule covers: the ones defined
@@ -283,10 +280,7 @@ module StaticTracing
       end
 
       def warn_once(key, message)
-        return if @warned[key]
-
-        @warned[key] = true
-        warn(message)
+        StaticTracing.warn_once(key, message)
       end
     end
   end

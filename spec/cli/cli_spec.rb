@@ -243,6 +243,13 @@ RSpec.describe StaticTracing::CLI do
     end
   end
 
+  it "words counts one way in every command: 1 probe, 2 probes" do
+    owners = described_class.commands.values.map { |command| command.instance_method(:count).owner }
+    expect(owners.uniq).to eq([StaticTracing::CLI::Command])
+    command = StaticTracing::CLI::List.new(out: StringIO.new, err: StringIO.new, env: {})
+    expect([0, 1, 2].map { |number| command.send(:count, number, "probe") }).to eq(["0 probes", "1 probe", "2 probes"])
+  end
+
   it "runs without loading the native extension or the rest of the gem" do
     script = 'require "static_tracing/cli"; puts $LOADED_FEATURES.grep(/static_tracing/).map { |f| File.basename(f) }'
     out, status = Open3.capture2(RbConfig.ruby, "-I", File.expand_path("../../lib", __dir__), "-e", script)

@@ -103,6 +103,11 @@ module StaticTracing
         end
       end
 
+      # "1 probe", "2 probes": every command words its counts this way.
+      def count(number, noun)
+        "#{number} #{noun}#{"s" unless number == 1}"
+      end
+
       # The one positional argument, a process id.
       def pid_argument(args)
         raise UsageError, "missing PID" if args.empty?

@@ -185,10 +185,6 @@ module StaticTracing
         text = format("%.#{decimals}f", value)
         text.include?(".") ? text.sub(/0+\z/, "").delete_suffix(".") : text
       end
-
-      def count(number, noun)
-        "#{number} #{noun}#{"s" unless number == 1}"
-      end
     end
 
     # bpftrace running a program against a process, with its JSON output

@@ -149,10 +149,6 @@ module StaticTracing
         else "unknown (unloaded while read)"
         end
       end
-
-      def count(number, noun)
-        "#{number} #{noun}#{"s" unless number == 1}"
-      end
     end
   end
 end
