@@ -264,37 +264,47 @@ RSpec.describe StaticTracing::MethodWrapper do
       wrap(klass, name, WrapperSpec::LATENCY).instance_method(name).parameters
     end
 
-    it "uses a def with the same parameter kinds when there is no *rest" do
-      {
-        "def m = nil" => [],
-        "def m(a, b, (c, d)) = nil" => %i[req req req],
-        "def m(a, b = 1, c = 2, d, &blk) = nil" => %i[req opt opt req],
-        "def m(a, k:, j: 1) = nil" => %i[req keyreq key],
-        "def m(a, **nil) = nil" => %i[req nokey],
-        "def m(a = 1, k:, **opts) = nil" => %i[opt keyreq keyrest],
-        "define_method(:m) { |a, k: 1| }" => %i[req key],
-        "attr_writer :m" => %i[req]
-      }.each do |source, kinds|
-        name = source.start_with?("attr_writer") ? :m= : :m
-        expect(wrapper_parameters(source, name).map(&:first)).to eq(kinds), source
+    it "has the original's parameters, names included, and its arity" do
+      [
+        "def m = nil", "def m(a, b) = nil", "def m(a, b = 1, c = 2, d, &blk) = nil", "def m(a, k:, j: 1) = nil",
+        "def m(a, **nil) = nil", "def m(a = 1, k:, **opts) = nil", "define_method(:m) { |a, k: 1| }",
+        "def m(a, b = 1, *rest, z, k:, j: 2, **opts, &blk) = nil", "def m(*args) = nil",
+        "ruby2_keywords def m(a, *args) = nil", "def m(...) = nil", "def m(a, ...) = nil", "def m(&) = nil",
+        "def m(k1: 1, k2: 2, k3: 3, k4: 4, **) = nil", "def m(fire, enabled, latency_start: 1) = nil"
+      ].each do |source|
+        klass = Class.new { class_eval(source, __FILE__, __LINE__) }
+        original = klass.instance_method(:m)
+        # Ruby 3.1 reports its anonymous * and ** unnamed, and the wrapper
+        # has to name them; Ruby 3.2+ reports them as :* and :**, which the
+        # wrapper forwards as they are.
+        expected = original.parameters.map do |kind, name|
+          name.nil? && %i[rest keyrest].include?(kind) ? [kind] : [kind, name]
+        end
+        wrapper = wrap(klass, :m, WrapperSpec::LATENCY).instance_method(:m)
+        actual = wrapper.parameters.map { |kind, name| name.to_s.start_with?("__w") ? [kind] : [kind, name] }
+        expect([actual, wrapper.arity]).to eq([expected, original.arity]), source
       end
     end
 
-    it "keeps keyword names and never uses the original positional names" do
-      parameters = wrapper_parameters("def m(a, b = 1, *, k:, j: 2) = nil")
-      expect(parameters).to eq([%i[rest *], %i[keyrest **], %i[block &]])
-      parameters = wrapper_parameters("def m(started, _, k:, j: 2) = nil")
-      expect(parameters.map(&:last)).not_to include(:started, :_)
-      expect(parameters.last(2)).to eq([%i[keyreq k], %i[key j]])
+    it "renames only the parameters a wrapper cannot have as locals" do
+      # Unnamed (destructured), repeated, and a local of the template.
+      parameters = wrapper_parameters("def m((a, b), _, _, started, k: 1) = nil")
+      expect(parameters.map(&:first)).to eq(%i[req req req req key])
+      expect(parameters.map(&:last)).to match([/\A__w/, :_, /\A__w/, /\A__w/, :k])
+      attr_writer = wrapper_parameters("attr_writer :m", :m=)
+      expect(attr_writer.map(&:first)).to eq(%i[req])
     end
 
-    it "forwards with ... for *rest, C methods and keywords it cannot name" do
+    it "forwards with ... keywords it cannot name" do
       forward = [%i[rest *], %i[keyrest **], %i[block &]]
-      expect(wrapper_parameters("def m(*args) = nil")).to eq(forward)
       expect(wrapper_parameters("def m(if:) = nil")).to eq(forward)
       expect(wrapper_parameters("def m(started: 1) = nil")).to eq(forward)
+    end
+
+    it "passes keywords on to a C method that takes any number of arguments" do
       klass = Class.new(Array)
-      expect(wrap(klass, :push, "%{super}").instance_method(:push).parameters).to eq(forward)
+      wrap(klass, :push, "%{super}")
+      expect(klass.new.push(1, k: 2)).to eq([1, { k: 2 }])
     end
   end
 
@@ -569,20 +579,22 @@ RSpec.describe StaticTracing::MethodWrapper do
     end
   end
 
-  describe "known differences" do
-    # Ruby 3.1 hands the wrapper's flagged hash on to the *rest method as it
-    # is; Ruby 3.3 and 3.4 collect the keywords into a new, unflagged hash,
-    # so the difference is gone there (3.2 is not tested).
-    it "keywords given to a plain *rest method arrive in a hash flagged by ruby2_keywords, before Ruby 3.3" do
+  describe "keywords" do
+    # Ruby 3.1 says which methods are ruby2_keywords (Method#parameters),
+    # so a plain *rest method gets a plain wrapper. Ruby 3.3 and 3.4 do not
+    # say, and every *rest wrapper is ruby2_keywords, but they collect the
+    # keywords into a new, unflagged hash (3.2 is not tested).
+    it "keywords given to a plain *rest method arrive in an unflagged hash, as without the wrapper" do
       klass = Class.new { def m(*args) = args.last }
       plain = klass.new.m(k: 1)
       wrap(klass, :m, "%{super}")
       wrapped = klass.new.m(k: 1)
       expect(wrapped).to eq(plain)
-      flagged = Gem::Version.new(RUBY_VERSION) < Gem::Version.new("3.3")
-      expect([Hash.ruby2_keywords_hash?(plain), Hash.ruby2_keywords_hash?(wrapped)]).to eq([false, flagged])
+      expect([Hash.ruby2_keywords_hash?(plain), Hash.ruby2_keywords_hash?(wrapped)]).to eq([false, false])
     end
+  end
 
+  describe "known differences" do
     it "a flagged hash in a literal splat reaches a wrapped C method as keywords" do
       # CRuby 3.1 and 3.3 take it as keywords from *variable, but not from
       # *[literal], when calling a C method; the wrapper always passes a

@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require "monitor"
+
 # Templates have %{key} placeholders of their own; no string here is a format.
 # rubocop:disable Style/FormatStringToken
 
@@ -9,35 +11,27 @@ module StaticTracing
   # caller passed, so the traced method binds the arguments, applies its own
   # defaults and raises its own errors as if it had been called directly.
   #
-  # The form of the wrapper depends on the traced method's parameters:
+  # A wrapper defined with +def+ has the traced method's parameter list,
+  # names included (see Signature), so Method#parameters and #arity read the
+  # same, and it rejects what the traced method would reject, with the same
+  # message, before its body runs (no probe fires for such a call). An
+  # optional parameter gets a default that only records that it was
+  # omitted, and +super+ is the call that leaves it out, so the traced
+  # method's own default applies. The block goes through +super+ implicitly
+  # and is never made into a Proc. Without keywords the armed path allocates
+  # nothing; with keywords, one object (CRuby 3.1 builds a call-info object
+  # for each +super+ that passes keywords, hand-written ones included); with
+  # more than MAX_OPTIONAL_KEYWORDS optional keywords, one hash for those
+  # given. Keywords that cannot be locals (a reserved word, or a local of the
+  # template) make it +def name(...)+ and +super(...)+ instead.
   #
-  # - No +*rest+, no +**rest+, at most MAX_OPTIONAL_KEYWORDS optional keywords
-  #   (so: required, optional and post positionals, keywords, +**nil+, a
-  #   block): a +def+ with the same parameter list, renamed. It rejects what
-  #   the traced method would reject, with the same message. An optional
-  #   parameter gets a default that only records that it was omitted, and
-  #   +super+ is the call that leaves it out, so the traced method's own
-  #   default applies. The block goes through +super+ implicitly and is never
-  #   made into a Proc. Without keywords the armed path allocates nothing.
-  #   With keywords it allocates one object: CRuby 3.1 builds a new call-info
-  #   object for each +super+ that passes keywords, hand-written ones included.
-  # - +**rest+, or more optional keywords: the same, except that the keywords
-  #   not required go through one +**hash+ (the traced method reports unknown
-  #   ones itself). One hash per call, as +**rest+ costs anyway, instead of a
-  #   +super+ call for each combination of given and omitted keywords.
-  # - +*rest+ (C methods with a variable argument count included), or a
-  #   keyword that cannot be a local (a reserved word, or a word of the
-  #   template, which would then read or overwrite the keyword):
-  #   +def name(...)+ and +super(...)+. Its own rest array, and a hash when
-  #   keywords are given, cost as much as a +*args+ wrapper's. +...+ carries
-  #   keywords as a ruby2_keywords hash: the only way they stay keywords both
-  #   for ruby2_keywords methods and for C methods, which +parameters+ does not
-  #   tell apart from plain +*rest+ methods. What it changes: a plain +*rest+
-  #   method without keywords, called with keywords, gets them in a hash
-  #   flagged by ruby2_keywords instead of an unflagged one.
-  # - A name that +def+ cannot spell: +define_method+ with a ruby2_keywords
-  #   block taking +*args+ and the block, calling +super(*args, &block)+;
-  #   +return+ in the template returns from the method as in a +def+.
+  # Wrappers are compiled with tail calls (see evaluate_in): a +super+ the
+  # template returns directly leaves no wrapper frame behind, and the
+  # others' frames are under SOURCE_FILE, which warn(uplevel:) skips.
+  #
+  # A name that +def+ cannot spell gets +define_method+ with a ruby2_keywords
+  # block taking +*args+ and the block, calling +super(*args, &block)+;
+  # +return+ in the template returns from the method as in a +def+.
   #
   # A C method that sets +$~+ or +$_+ (String#sub, Regexp#match, ...) sets them
   # in the wrapper's frame: the caller of a wrapped one does not see them.
@@ -49,6 +43,10 @@ module StaticTracing
     # The file wrappers are compiled under: folded stacks (StackTracer) know
     # their frames by it and leave them out.
     SOURCE_FILE = Native::WRAPPER_FILE
+
+    COMPILE_OPTIONS = { tailcall_optimization: true }.freeze
+    # One wrapper compiled at a time: they share compile_scope's constant.
+    COMPILING = Monitor.new
 
     OPERATORS = %w[
       + - * / % ** == != === =~ !~ <=> < <= > >= << >> & | ^ ~ ! +@ -@ [] []= `
@@ -64,6 +62,8 @@ module StaticTracing
     DEF_NAME = /\A(?:[A-Za-z_]|[^\x00-\x7F])(?:\w|[^\x00-\x7F])*[?!=]?\z/
     LOCAL_NAME = /\A(?:[a-z_]|[^\x00-\x7F])(?:\w|[^\x00-\x7F])*\z/
     WORD = /(?:\w|[^\x00-\x7F])+/
+    # A word that may be a local: not after ".", "::", ":", "@" or "$".
+    LOCAL_WORD = /(?<![.:@$\w]|[^\x00-\x7F])(?:[a-z_]|[^\x00-\x7F])(?:\w|[^\x00-\x7F])*/
     # %{key}, and %% for a literal %, as in Kernel#format.
     PLACEHOLDER = /%(?:%|\{([^{}]*)\})/
 
@@ -79,7 +79,7 @@ module StaticTracing
         name = method_name(name)
         values = template_values(values)
         text = expand(template, values, "super")
-        signature = Signature.new(parameters, text.scan(WORD).uniq)
+        signature = Signature.new(parameters, text.scan(WORD).uniq, text.scan(LOCAL_WORD).uniq)
         quiet_redefinition(mod, name)
         if def_name?(name)
           define_with_def(mod, name, signature, expand(template, values, signature.super_call))
@@ -89,11 +89,37 @@ module StaticTracing
         name
       end
 
+      # The anonymous module whose constant Target names the module a wrapper
+      # is being compiled into (see evaluate_in); for the compiled code only.
+      def compile_scope
+        @compile_scope ||= Module.new
+      end
+
       private
 
       def define_with_def(mod, name, signature, body)
-        source = "def #{name}(#{signature.parameter_list})\n#{body}\nend\n"
-        compile(name) { mod.module_eval(source, SOURCE_FILE, 1) }
+        definition = "def #{name}(#{signature.parameter_list})\n#{body}\nend"
+        definition = "ruby2_keywords #{definition}" if signature.ruby2_keywords?
+        compile(name) { evaluate_in(mod, definition) }
+      end
+
+      # Evaluates +definition+ in +mod+ compiled with tail calls: a +super+
+      # the template returns directly (the path without a tracer) replaces
+      # the wrapper's frame instead of stacking on it, so recursion goes as
+      # deep as untraced and caller_locations and warn(uplevel:) in the
+      # traced method see its real caller. Only RubyVM::InstructionSequence
+      # takes the option for one compilation (the global default would
+      # reach other threads' code too), and it compiles at top level: the
+      # +module+ keyword gives the definition +mod+ as its lexical scope, for
+      # the template's constants, through a constant of an anonymous module.
+      def evaluate_in(mod, definition)
+        source = "module (::StaticTracing::MethodWrapper.compile_scope)::Target\n#{definition}\nend\n"
+        COMPILING.synchronize do
+          compile_scope.const_set(:Target, mod)
+          RubyVM::InstructionSequence.compile(source, SOURCE_FILE, SOURCE_FILE, 0, COMPILE_OPTIONS).eval
+        ensure
+          compile_scope.send(:remove_const, :Target) if compile_scope.const_defined?(:Target, false)
+        end
       end
 
       def define_with_block(mod, name, prefix, template, values)
@@ -164,32 +190,51 @@ module StaticTracing
       end
     end
 
-    # The parameter list and +super+ call of a wrapper defined with +def+.
+    # The parameter list and +super+ call of a wrapper defined with +def+:
+    # the traced method's own, names included, so that Method#parameters
+    # and #arity read the same through the wrapper. A parameter is renamed
+    # only where it cannot be a local of the wrapper: unnamed (destructured,
+    # C methods, Ruby 3.1's anonymous +*+ and +**+), a repeated +_+, or a
+    # local the template itself uses.
     class Signature
       KINDS = %i[req opt rest keyreq key keyrest nokey block].freeze
+      # What Method#parameters says of +...+ (and, from Ruby 3.2, of +*, **, &+).
+      FORWARD_ALL = [%i[rest *], %i[keyrest **], %i[block &]].freeze
+      ANONYMOUS = { rest: :*, keyrest: :**, block: :& }.freeze
+      # Whether Method#parameters shows that a method is ruby2_keywords (Ruby
+      # 3.1 adds [:keyrest, :**] to its *rest): if it does not, a wrapper
+      # cannot tell and must be ruby2_keywords for every plain *rest.
+      SHOWS_RUBY2_KEYWORDS = Module.new { ruby2_keywords def probe(*) = nil }
+                                   .instance_method(:probe).parameters.include?(%i[keyrest **])
 
       # Locals of the wrapper start with this, lengthened until no word of the
-      # template and no keyword starts with it.
+      # template and no parameter starts with it.
       attr_reader :prefix
 
-      def initialize(parameters, template_words)
+      def initialize(parameters, template_words, template_locals = template_words)
         kinds = parameter_kinds(parameters)
+        @template_locals = template_locals
+        @prefix = prefix_avoiding(template_words + parameters.filter_map { |(_, name)| name&.to_s })
+        @forward_all = parameters.last(3) == FORWARD_ALL
+        parameters = parameters[0...-3] if @forward_all
         @lead, @optional, @post = positional_counts(kinds)
-        @rest, @keyrest, @nokey = %i[rest keyrest nokey].map { |kind| kinds.include?(kind) }
-        @required_keywords, @optional_keywords = %i[keyreq key].map do |kind|
-          parameters.select { |(k, _)| k == kind }.map(&:last)
-        end
-        @template_words = template_words
-        @prefix = prefix_avoiding(template_words + (@required_keywords + @optional_keywords).map(&:to_s))
+        @required_keywords, @optional_keywords = keywords(parameters)
+        @nokey = kinds.include?(:nokey)
+        @shown_ruby2_keywords = shown_ruby2_keywords?(parameters)
+        name_locals(@shown_ruby2_keywords ? parameters - [%i[keyrest **]] : parameters)
       end
 
       def parameter_list
         return "..." if forward?
 
-        positional = Array.new(@lead) { |i| arg(i) } +
-                     Array.new(@optional) { |i| "#{arg(@lead + i)} = (#{omitted(i)} = true; nil)" } +
-                     Array.new(@post) { |i| arg(@lead + @optional + i) }
-        (positional + keyword_parameters).join(", ")
+        positional = Array.new(@lead) { |i| @positional[i] } +
+                     Array.new(@optional) { |i| "#{@positional[@lead + i]} = (#{omitted(i)} = true; nil)" }
+        positional << "*#{@rest}" if @rest
+        positional.concat(Array.new(@post) { |i| @positional[@lead + @optional + i] })
+        list = positional + keyword_parameters
+        list << (@block == "&" ? "&" : "&#{@block}") if @block
+        list << "..." if @forward_all
+        list.join(", ")
       end
 
       def super_call
@@ -202,7 +247,31 @@ module StaticTracing
         call
       end
 
+      # Whether the wrapper must be ruby2_keywords: as its original, which
+      # takes keywords given in its *rest as a flagged hash, to pass on as
+      # keywords. Where Method#parameters does not say, every wrapper that
+      # takes a *rest and no keywords is: then a plain *rest original gets
+      # its keywords in a hash collected anew, unflagged, as without it.
+      def ruby2_keywords?
+        return false if forward? || !@rest
+        return @shown_ruby2_keywords || @unnamed_rest if SHOWS_RUBY2_KEYWORDS
+
+        takes_no_keywords?
+      end
+
+      def takes_no_keywords?
+        !@keyrest && !@nokey && @required_keywords.empty? && @optional_keywords.empty?
+      end
+
       private
+
+      # A *rest with [:keyrest, :**] and no other keyword parameter: what
+      # Ruby 3.1 shows of a ruby2_keywords method (and Ruby 3.2+ of an
+      # anonymous **, which a ruby2_keywords wrapper forwards the same way).
+      def shown_ruby2_keywords?(parameters)
+        !@forward_all && parameters.include?(%i[keyrest **]) && parameters.any? { |(kind, _)| kind == :rest } &&
+          parameters.none? { |(kind, _)| %i[keyreq key nokey].include?(kind) }
+      end
 
       def parameter_kinds(parameters)
         raise TypeError, "parameters must be an Array, not #{parameters.class}" unless parameters.is_a?(Array)
@@ -215,6 +284,46 @@ module StaticTracing
 
           kind
         end
+      end
+
+      # Names of required and of optional keywords.
+      def keywords(parameters)
+        %i[keyreq key].map { |kind| parameters.select { |(k, _)| k == kind }.map(&:last) }
+      end
+
+      # The wrapper's local for each positional, rest, keyword rest and block
+      # parameter: the original's name where it can be one.
+      def name_locals(parameters)
+        used = (@required_keywords + @optional_keywords).map(&:to_s)
+        @positional = []
+        others = {}
+        parameters.each_with_index do |(kind, name), index|
+          if %i[req opt].include?(kind)
+            @positional << local(name, used, "arg#{index}")
+          elsif ANONYMOUS.key?(kind)
+            others[kind] = anonymous(kind, name) || local(name, used, kind.to_s)
+          end
+        end
+        @rest, @keyrest, @block = others.values_at(:rest, :keyrest, :block)
+        # A C method (which may take keywords), or Ruby 3.1's anonymous *.
+        @unnamed_rest = parameters.include?([:rest])
+      end
+
+      # "*", "**" or "&" for a parameter Ruby 3.2+ reports as anonymous, where
+      # the wrapper can forward it anonymously too (an anonymous keyword rest
+      # only without optional keywords, which are merged into it).
+      def anonymous(kind, name)
+        return unless name == ANONYMOUS[kind]
+        return if kind == :keyrest && !@optional_keywords.empty?
+
+        name.to_s
+      end
+
+      def local(name, used, role)
+        text = name.to_s if name.is_a?(Symbol)
+        text = "#{@prefix}#{role}" unless text && local_name?(text) && !used.include?(text)
+        used << text
+        text
       end
 
       # Required positionals before and after the optional ones and *rest
@@ -231,58 +340,76 @@ module StaticTracing
         prefix
       end
 
-      # Keywords through one hash rather than one by one.
+      # Optional keywords through one hash rather than a +super+ call for
+      # each combination of given and omitted ones.
       def keyword_hash?
-        @keyrest || @optional_keywords.size > MAX_OPTIONAL_KEYWORDS
+        @optional_keywords.size > MAX_OPTIONAL_KEYWORDS
       end
 
-      # The keywords that become locals of the wrapper.
-      def named_keywords
-        keyword_hash? ? @required_keywords : @required_keywords + @optional_keywords
-      end
-
+      # Keywords that cannot be locals of the wrapper: then it forwards
+      # everything with +...+ instead of naming parameters.
       def forward?
-        @rest || !named_keywords.all? { |keyword| local_name?(keyword.to_s) }
+        return @forward if defined?(@forward)
+
+        @forward = !(@required_keywords + @optional_keywords).all? { |keyword| local_name?(keyword.to_s) }
       end
 
-      # Whether +text+ can be a local of the wrapper: a word of the template
-      # would then read or overwrite the keyword instead of what it meant.
+      # Whether +text+ can be a local of the wrapper: a local of the template
+      # would then read or overwrite the parameter instead of what it meant.
       def local_name?(text)
         (text.ascii_only? || (text.encoding == Encoding::UTF_8 && text.valid_encoding?)) &&
-          text.match?(LOCAL_NAME) && !RESERVED_WORDS.include?(text) && !@template_words.include?(text)
+          text.match?(LOCAL_NAME) && !RESERVED_WORDS.include?(text) && !@template_locals.include?(text)
       end
 
       def keyword_parameters
         list = @required_keywords.map { |keyword| "#{keyword}:" }
-        if keyword_hash?
-          list << "**#{@prefix}keywords"
-        else
-          list.concat(@optional_keywords.each_with_index.map { |k, i| "#{k}: (#{keyword_omitted(i)} = true; nil)" })
-        end
+        list.concat(@optional_keywords.each_with_index.map { |k, i| "#{k}: (#{keyword_omitted(i)} = true; nil)" })
+        list << (@keyrest == "**" ? "**" : "**#{@keyrest}") if @keyrest
         list << "**nil" if @nokey
         list
       end
 
+      # The positional arguments of the +super+ call when +optional_given+
+      # optional positionals were given: *rest only holds any when all were.
       def positional_args(optional_given)
-        Array.new(@lead + optional_given) { |i| arg(i) } + Array.new(@post) { |i| arg(@lead + @optional + i) }
+        args = Array.new(@lead + optional_given) { |i| @positional[i] }
+        args << (@rest == "*" ? "*" : "*#{@rest}") if @rest && optional_given == @optional
+        args + Array.new(@post) { |i| @positional[@lead + @optional + i] }
       end
 
       # The +super+ call for these positionals, choosing among the optional
       # keywords those that were given (flag unset).
       def keyword_call(positional, pending = @optional_keywords.each_index.to_a, passed = [])
-        if pending.empty? || keyword_hash?
-          keywords = (@required_keywords + passed.map { |i| @optional_keywords[i] }).map { |k| "#{k}: #{k}" }
-          keywords << "**#{@prefix}keywords" if keyword_hash?
-          return "super(#{(positional + keywords).join(", ")})"
-        end
+        return super_with(positional, given_keywords_hash) if keyword_hash?
+        return super_with(positional, passed.map { |i| @optional_keywords[i] }) if pending.empty?
 
         index, *others = pending
         "(#{keyword_omitted(index)} ? #{keyword_call(positional, others, passed)} : " \
           "#{keyword_call(positional, others, passed + [index])})"
       end
 
-      def arg(index)
-        "#{@prefix}arg#{index}"
+      # +optional+: the optional keywords to pass by name, or an expression
+      # for a hash of them.
+      def super_with(positional, optional)
+        keywords = @required_keywords.map { |k| "#{k}: #{k}" }
+        if optional.is_a?(String)
+          keywords << "**#{optional}"
+        else
+          keywords.concat(optional.map { |k| "#{k}: #{k}" })
+        end
+        keywords << (@keyrest == "**" ? "**" : "**#{@keyrest}") if @keyrest
+        args = positional + keywords
+        args << "..." if @forward_all
+        "super(#{args.join(", ")})"
+      end
+
+      # A hash of the optional keywords given: one allocation a call.
+      def given_keywords_hash
+        hash = "#{@prefix}given"
+        sets = @optional_keywords.each_with_index.map do |keyword, i|
+          "#{hash}[:#{keyword}] = #{keyword} unless #{keyword_omitted(i)}"
+        end
+        "(#{hash} = {}; #{sets.join("; ")}; #{hash})"
       end
 
       def omitted(optional_index)

@@ -85,6 +85,12 @@ module StaticTracing
       end
       alias to_s inspect
 
+      # Anonymous, whatever Ruby remembers of the constant that named it
+      # while a wrapper was compiled into it (see MethodWrapper.evaluate_in).
+      def name
+        nil
+      end
+
       # A constant of this module holding +value+ for +method_name+, by name:
       # wrapper code reads it through an inline-cached constant lookup.
       def constant(method_name, role, value)

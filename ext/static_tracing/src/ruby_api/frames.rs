@@ -12,8 +12,9 @@ const MAX_FRAMES: usize = 512;
 /// lib/static_tracing/method_wrapper.rb, as `Native::WRAPPER_FILE`): their
 /// frames are not the application's, so folded stacks leave them out. A
 /// file name, not a module name: wrapper modules are anonymous, so that no
-/// constant keeps a traced class alive.
-pub const WRAPPER_FILE: &str = "(static_tracing method wrapper)";
+/// constant keeps a traced class alive. It starts with `<internal:` so that
+/// `warn(..., uplevel:)` skips wrapper frames, as it skips Ruby's own.
+pub const WRAPPER_FILE: &str = "<internal:static_tracing method wrapper>";
 
 /// The stack in folded form, root first: `<main>;Foo#bar;Baz#qux`, with
 /// `leaf` as the innermost frame in place of the `skip` innermost ones (this
