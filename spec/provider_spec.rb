@@ -156,6 +156,14 @@ RSpec.describe StaticTracing::Provider do
       %w[STATIC_TRACING_DIR XDG_RUNTIME_DIR].each { |name| ENV[name] = saved[name] }
     end
 
+    # $STATIC_TRACING_DIR is open to others; $XDG_RUNTIME_DIR can be used.
+    def first_directory_unusable
+      ENV["STATIC_TRACING_DIR"] = File.join(@tmp, "open")
+      Dir.mkdir(ENV.fetch("STATIC_TRACING_DIR"), 0o755)
+      File.chmod(0o755, ENV.fetch("STATIC_TRACING_DIR"))
+      ENV["XDG_RUNTIME_DIR"] = @tmp
+    end
+
     it "uses $STATIC_TRACING_DIR, created 0700" do
       ENV["STATIC_TRACING_DIR"] = File.join(@tmp, "stubs")
       provider = described_class.register(:in_env_dir)
@@ -165,10 +173,7 @@ RSpec.describe StaticTracing::Provider do
     end
 
     it "falls back past an unusable directory and says so once" do
-      ENV["STATIC_TRACING_DIR"] = File.join(@tmp, "open")
-      Dir.mkdir(ENV.fetch("STATIC_TRACING_DIR"), 0o755)
-      File.chmod(0o755, ENV.fetch("STATIC_TRACING_DIR"))
-      ENV["XDG_RUNTIME_DIR"] = @tmp
+      first_directory_unusable
       provider = described_class.register(:fallback)
       expect { provider.load }.to output(/stub directory skipped: .*open \(\$STATIC_TRACING_DIR\): its mode is 0755/)
         .to_stderr
@@ -178,10 +183,7 @@ RSpec.describe StaticTracing::Provider do
     end
 
     it "is told by the native side which directories it passed over, and why; the gem warns" do
-      ENV["STATIC_TRACING_DIR"] = File.join(@tmp, "open")
-      Dir.mkdir(ENV.fetch("STATIC_TRACING_DIR"), 0o755)
-      File.chmod(0o755, ENV.fetch("STATIC_TRACING_DIR"))
-      ENV["XDG_RUNTIME_DIR"] = @tmp
+      first_directory_unusable
       provider = described_class.register(:fallback_reported)
       allow(StaticTracing).to receive(:warn_stub_fallback)
       expect(provider.send(:_load)).to contain_exactly(/open \(\$STATIC_TRACING_DIR\): its mode is 0755/)
