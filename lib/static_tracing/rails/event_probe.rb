@@ -75,7 +75,7 @@ module StaticTracing
         return if @warned
 
         @warned = true
-        warn("static_tracing: #{@event.name} events not traced: #{error.class}: #{error.message}")
+        warn("static_tracing: a #{@event.name} event could not be traced (said once): #{error.class}: #{error.message}")
       end
     end
   end
