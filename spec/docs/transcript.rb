@@ -1,0 +1,47 @@
+# frozen_string_literal: true
+
+module Docs
+  # A console transcript: `$ command` lines, each followed by what it
+  # prints. Compared with what the command really prints after both are
+  # normalised: colours and trailing blanks dropped, a histogram's rows
+  # (whose buckets vary from run to run) counted as one, the uid in
+  # /tmp/static_tracing-UID made UID, and numbers of four digits or more
+  # (PIDs, ports, pid namespaces) renamed in order of first appearance, so
+  # that the same PID must appear in the same places. "..." in the
+  # transcript stands for any text, across lines: what was trimmed.
+  module Transcript
+    Step = Struct.new(:command, :output)
+
+    HISTOGRAM_ROW = /\A\[[^\]]*[\])]\s+\d+ \|[@ ]*\|\z/
+
+    def self.steps(text)
+      text.lines.map(&:chomp).each_with_object([]) do |line, steps|
+        if line.start_with?("$ ")
+          steps << Step.new(line.delete_prefix("$ "), +"")
+        else
+          raise "a transcript starts with a `$ command` line, not #{line.inspect}" if steps.empty?
+
+          steps.last.output << line << "\n"
+        end
+      end
+    end
+
+    def self.normalize(text)
+      numbers = {}
+      rows = text.gsub(/\e\[[\d;]*m/, "").lines.map(&:rstrip).map do |line|
+        line.match?(HISTOGRAM_ROW) ? "[histogram]" : rename_numbers(line, numbers)
+      end
+      rows.chunk_while { |a, b| a == "[histogram]" && b == a }.map(&:first).join("\n").strip
+    end
+
+    def self.rename_numbers(line, numbers)
+      line.gsub(%r{/tmp/static_tracing-\d+}, "/tmp/static_tracing-UID")
+          .gsub(/\d{4,}/) { |number| numbers[number] ||= "<n#{numbers.size + 1}>" }
+    end
+
+    def self.match?(expected, actual)
+      pattern = normalize(expected).split("...", -1).map { |part| Regexp.escape(part) }.join(".*")
+      Regexp.new("\\A#{pattern}\\z", Regexp::MULTILINE).match?(normalize(actual))
+    end
+  end
+end
