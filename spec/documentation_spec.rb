@@ -189,6 +189,20 @@ RSpec.describe "The documentation's code blocks" do
     end
   end
 
+  it "links only to files and headings that exist" do
+    broken = Docs.files.flat_map do |file|
+      File.read(File.join(root, file)).scan(/\]\(([^)\s]+)\)/).flatten.grep_v(/\A[a-z]+:/).filter_map do |link|
+        target, anchor = link.split("#", 2)
+        path = target.empty? ? File.join(root, file) : File.expand_path(target, File.dirname(File.join(root, file)))
+        next "#{file}: #{link} (no such file)" unless File.exist?(path)
+        next unless anchor
+
+        "#{file}: #{link} (no such heading)" unless Docs.anchors(File.read(path)).include?(anchor)
+      end
+    end
+    expect(broken).to be_empty, "broken links:\n#{broken.join("\n")}"
+  end
+
   describe "text blocks" do
     blocks.select { |block| block.language == "text" }.each do |block|
       it "marks the text block at #{block.location} as checked or not runnable, and checks it" do

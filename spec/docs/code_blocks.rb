@@ -28,6 +28,11 @@ module Docs
     files.flat_map { |file| blocks_in(file, File.read(File.join(ROOT, file))) }
   end
 
+  # The anchors GitHub gives the headings of +markdown+.
+  def self.anchors(markdown)
+    markdown.scan(/^#+ (.+)$/).flatten.map { |title| title.downcase.gsub(/[^\w\- ]/, "").tr(" ", "-") }
+  end
+
   # The fenced blocks of +markdown+, their text unindented by the fence's own indentation.
   def self.blocks_in(file, markdown)
     lines = markdown.lines
