@@ -111,4 +111,11 @@ RSpec.describe StaticTracing::Tracepoint do
   it "cannot be instantiated without a provider" do
     expect { described_class.allocate }.to raise_error(TypeError)
   end
+
+  it "is named by #label as its messages name it, words the extension owns" do
+    tracepoint = described_class.new(:my_app, :labelled, Integer)
+    expect(tracepoint.label).to eq("tracepoint my_app:labelled")
+    expect { tracepoint.fire }.to raise_error(ArgumentError, /\A#{tracepoint.label} takes 1 argument/)
+    expect(described_class.instance_method(:label).source_location).to be_nil
+  end
 end

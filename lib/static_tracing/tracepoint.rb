@@ -5,8 +5,9 @@ module StaticTracing
   #
   # The native half implements #fire(*args) (checks the count and types of
   # the arguments, and fires if the provider is loaded and a tracer is
-  # attached; returns whether it fired), #enabled?, #name, #provider and
-  # #types.
+  # attached; returns whether it fired), #enabled?, #latency_start,
+  # #fire_latency, #name, #label, #provider and #types. Tracepoints are
+  # made by their provider (Provider#add_tracepoint), which keeps them.
   class Tracepoint
     # The tracepoint +name+ of +provider+ (a name or a Provider), declared
     # with +types+ if new; the provider is registered if needed.
@@ -51,10 +52,6 @@ module StaticTracing
 
     def loaded?
       provider.loaded?
-    end
-
-    def label
-      "tracepoint #{provider.name}:#{name}"
     end
 
     def inspect

@@ -8,7 +8,7 @@ module GCStressAroundNative
   # Methods whose frames count (folded_stack, caller_self) are left alone.
   NATIVE = {
     StaticTracing::Provider => %i[name tracepoints _declare _load _stale? _unload loaded? path],
-    StaticTracing::Tracepoint => %i[fire enabled? name provider types],
+    StaticTracing::Tracepoint => %i[fire enabled? name label provider types],
     StaticTracing::Provider.singleton_class => %i[new _check_declaration],
     StaticTracing::Native.singleton_class => %i[publish_state name_problem supported?]
   }.freeze

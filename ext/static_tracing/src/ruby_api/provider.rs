@@ -9,7 +9,7 @@
 use super::arguments;
 use super::errors::{argument_error, base_error, provider_load_error};
 use super::root;
-use super::tracepoint::Tracepoint;
+use super::tracepoint::{self, Tracepoint};
 use crate::attach_watch;
 use crate::internal_probes;
 use crate::site_slot::SiteSlot;
@@ -151,7 +151,7 @@ impl Provider {
         name: String,
         classes: RArray,
     ) -> Result<RArray, Error> {
-        let label = format!("tracepoint {}:{}", rb_self.name, name);
+        let label = tracepoint::label(&rb_self.name, &name);
         // May run Ruby code (a class's `==`, an `#inspect` for a message), so
         // it comes before the table is read: from the lookup to the insert
         // no Ruby code runs, and the GVL keeps other threads out.
@@ -380,7 +380,7 @@ impl Provider {
         probe: String,
         classes: RArray,
     ) -> Result<(), Error> {
-        let label = format!("tracepoint {provider}:{probe}");
+        let label = tracepoint::label(&provider, &probe);
         probe_spec(ruby, &label, &probe, classes).map(drop)
     }
 }

@@ -30,10 +30,15 @@ impl DataTypeFunctions for Tracepoint {
     }
 }
 
+/// `tracepoint provider:probe`: how messages name a tracepoint.
+pub fn label(provider: &str, probe: &str) -> String {
+    format!("tracepoint {provider}:{probe}")
+}
+
 impl Tracepoint {
     pub fn new(provider: Obj<Provider>, spec: ProbeSpec, slot: Arc<SiteSlot>) -> Tracepoint {
         Tracepoint {
-            label: format!("tracepoint {}:{}", provider.name(), spec.name()),
+            label: label(provider.name(), spec.name()),
             provider: provider.into(),
             spec,
             slot,
@@ -141,6 +146,10 @@ impl Tracepoint {
         ruby.to_symbol(rb_self.spec.name())
     }
 
+    fn label(&self) -> String {
+        self.label.clone()
+    }
+
     fn provider(ruby: &Ruby, rb_self: &Tracepoint) -> Obj<Provider> {
         ruby.get_inner(rb_self.provider)
     }
@@ -166,6 +175,7 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     receiver::define_plain_method0(class, c"latency_start", latency_start);
     class.define_method("fire_latency", method!(Tracepoint::fire_latency, 1))?;
     class.define_method("name", method!(Tracepoint::name, 0))?;
+    class.define_method("label", method!(Tracepoint::label, 0))?;
     class.define_method("provider", method!(Tracepoint::provider, 0))?;
     class.define_method("types", method!(Tracepoint::types, 0))?;
     Ok(())
