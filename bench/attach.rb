@@ -6,8 +6,7 @@ module Bench
   # the watcher's poller costs with thousands of idle probes, and what
   # declaring probes one by one into a loaded provider costs now that a
   # burst of declarations is loaded once.
-  class Attach
-    KEY = :attach
+  class Attach < Group
     ROUNDS = 9
     SAMPLE_MS = 25
     WATCHED = 10_000
@@ -25,13 +24,11 @@ module Bench
       def call(value) = value
     end
 
-    def initialize(rounds: ROUNDS)
-      @rounds = rounds
-    end
-
     def run
       StaticTracing::Configuration.mode = StaticTracing::Configuration::Modes::ATTACH
-      [calls_section, watcher_section, declaration_section]
+      calls_table
+      watcher_table
+      declaration_table
     ensure
       StaticTracing::Configuration.mode = StaticTracing::Configuration::Modes::OFF
       %i[bench_attach bench_attach_watched].each { |name| StaticTracing.providers[name]&.unregister }
@@ -39,40 +36,32 @@ module Bench
 
     private
 
-    def calls_section
-      loops = { plain: CallLoop.new("plain", Plain.new, "call", 1),
-                traced: CallLoop.new("LatencyTracer, attach mode, no tracer", Traced.new, "call", 1),
-                empty: CodeLoop.new("empty") }
-      iterations = Bench.calibrate(loops.values, target_ms: SAMPLE_MS)
-      results = Bench.interleave(loops.transform_values { |loop| -> { loop.time_ns(iterations) } }, rounds: @rounds)
-      empty = Bench.median(results[:empty])
-      net = results.transform_values { |series| series.map { |ns| ns - empty } }
-      section = calls_table
-      %i[plain traced].each do |key|
-        section.row(id: "attach.#{key}", path: loops[key].label, ns_per_call: Bench.median(net[key]) / iterations,
-                    ratio_to_plain: Bench.median_ratio(net[key], net[:plain]))
-      end
-      section
-    end
-
     def calls_table
-      Section.new(:attach_calls, "Attach mode per call, no tracer attached (median of #{@rounds} interleaved rounds)")
-             .column(:path, "path").column(:ns_per_call, "ns/call", Format.decimal(1))
-             .column(:ratio_to_plain, "ratio to plain", Format.ratio)
-             .note("nothing is wrapped until a tracer attaches, so both rows run the same method; " \
-                   "ns/call net of an empty loop")
+      loops = { plain: Loop.call("plain", Plain.new, "call", 1),
+                traced: Loop.call("LatencyTracer, attach mode, no tracer", Traced.new, "call", 1) }
+      samples = time(loops.values, sample_ms: SAMPLE_MS)
+      table = table(:attach_calls, "Attach mode per call, no tracer attached (median of #{rounds} interleaved rounds)",
+                    path: "path", ns_per_call: ["ns/call", :d1], ratio_to_plain: ["ratio to plain", :x])
+      loops.each do |key, loop|
+        table.row(id: "attach.#{key}", path: loop.label, **samples.timing(loop.label),
+                  ratio_to_plain: samples.ratio(loop.label, "plain"))
+      end
+      table.note("nothing is wrapped until a tracer attaches, so both rows run the same method; " \
+                 "ns/call net of an empty loop")
     end
 
     # The poller's own CPU time (schedstat: nanoseconds on CPU) over a
     # few seconds, with WATCHED probes nobody attaches to.
-    def watcher_section
+    def watcher_table
       tracepoints = watched_tracepoints
       cpu_ns, scans, seconds = poller_cost(WATCH_SECONDS)
-      watcher_table.tap do |section|
-        section.row(id: "attach.watcher", seconds:, scans_per_second: scans / seconds,
-                    us_per_scan: scans.zero? ? nil : cpu_ns / scans / 1_000.0,
-                    cpu_percent: 100.0 * cpu_ns / (seconds * 1e9))
-      end
+      table(:attach_watcher, "Attach watcher, #{WATCHED} watched probes, no tracer, " \
+                             "#{StaticTracing::Configuration.attach_delay} s bound",
+            seconds: ["seconds", :d1], scans_per_second: ["scans/s", :d1], us_per_scan: ["us/scan", :d1],
+            cpu_percent: ["% of one core", :d3])
+        .row(id: "attach.watcher", seconds:, scans_per_second: scans / seconds,
+             us_per_scan: scans.zero? ? nil : cpu_ns / scans / 1_000.0, cpu_percent: 100.0 * cpu_ns / (seconds * 1e9))
+        .note("the poller thread's CPU time from /proc/self/task/TID/schedstat; target < 0.2% of one core")
     ensure
       tracepoints&.each { |tracepoint| StaticTracing::Watcher.forget(tracepoint) }
     end
@@ -85,21 +74,10 @@ module Bench
       tracepoints.each { |tracepoint| StaticTracing::Watcher.watch(tracepoint, listener) }
     end
 
-    def watcher_table
-      Section.new(:attach_watcher, "Attach watcher, #{WATCHED} watched probes, no tracer, " \
-                                   "#{StaticTracing::Configuration.attach_delay} s bound")
-             .column(:seconds, "seconds", Format.decimal(1)).column(:scans_per_second, "scans/s", Format.decimal(1))
-             .column(:us_per_scan, "us/scan", Format.decimal(1))
-             .column(:cpu_percent, "% of one core", Format.decimal(3))
-             .note("the poller thread's CPU time from /proc/self/task/TID/schedstat; target < 0.2% of one core")
-    end
-
     def poller_cost(seconds)
       tid, scans_before = StaticTracing::Native.attach_poller
       cpu_before = cpu_ns(tid)
-      started = Bench.now_ns
-      sleep seconds
-      elapsed = (Bench.now_ns - started) / 1e9
+      elapsed = Bench.time_ns { sleep seconds } / 1e9
       _, scans_after = StaticTracing::Native.attach_poller
       [cpu_ns(tid) - cpu_before, scans_after - scans_before, elapsed]
     end
@@ -112,23 +90,20 @@ module Bench
     # attachable by one Provider#load; against declaring them into an
     # unloaded provider and loading it, and against a load after every
     # declaration (what each declaration cost before loads were batched).
-    def declaration_section
+    def declaration_table
       names = Array.new(DECLARED) { |index| :"probe_#{index}" }
-      cases = {
-        off: -> { declare(names, loaded: false, load_each: false) },
-        loaded: -> { declare(names, loaded: true, load_each: false) },
-        each: -> { declare(names, loaded: true, load_each: true) }
-      }
-      results = Bench.interleave(cases, rounds: [@rounds / 3, 3].max)
-      section = Section.new(:attach_declare, "Declaring #{DECLARED} probes one by one")
-                       .column(:path, "path").column(:ms, "ms", Format.decimal(2))
-                       .column(:ratio_to_off, "ratio to unloaded", Format.ratio)
-      { off: "into an unloaded provider, then load", loaded: "into a loaded provider, then load (batched)",
-        each: "into a loaded provider, a load after each (unbatched)" }.each do |key, path|
-        section.row(id: "attach.declare_#{key}", path:, ms: Bench.median(results[key]) / 1e6,
-                    ratio_to_off: Bench.median_ratio(results[key], results[:off]))
+      paths = { off: ["into an unloaded provider, then load", false, false],
+                loaded: ["into a loaded provider, then load (batched)", true, false],
+                each: ["into a loaded provider, a load after each (unbatched)", true, true] }
+      cases = paths.transform_values { |_, loaded, load_each| -> { declare(names, loaded:, load_each:) } }
+      results = Bench.interleave(cases, rounds: [rounds / 3, 3].max)
+      table = table(:attach_declare, "Declaring #{DECLARED} probes one by one",
+                    path: "path", ms: ["ms", :d2], ratio_to_off: ["ratio to unloaded", :x])
+      paths.each do |key, (path)|
+        table.row(id: "attach.declare_#{key}", path:, ms: Bench.median(results[key]) / 1e6,
+                  ratio_to_off: Bench.median_ratio(results[key], results[:off]))
       end
-      section.note("target: batched <= 2x unloaded")
+      table.note("target: batched <= 2x unloaded")
     end
 
     def declare(names, loaded:, load_each:)

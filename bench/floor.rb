@@ -9,8 +9,7 @@ module Bench
   # a trampoline instead of an int3 trap. Whatever an attached tracepoint
   # costs above the difference is this library's own. With it, the two
   # clock reads a latency probe adds to a call.
-  class Floor
-    KEY = :floor
+  class Floor < Group
     ROUNDS = 11
     SAMPLE_MS = 25
     # Calls a sample: about 25 ms each on this kind of host, unprobed at
@@ -70,32 +69,29 @@ module Bench
       }
     C
 
-    def initialize(rounds: ROUNDS)
-      @rounds = rounds
-    end
-
     def run
       binary = compile
       unprobed = run_binary(binary, "floor-unprobed.log")
       probed, hits = probed_run(binary)
-      [stub_section(unprobed, probed, hits, binary), clock_section]
+      stub_table(unprobed, probed, hits, binary)
+      clock_table
     end
 
     private
 
     def compile
+      source = work_file("uprobe_floor.c")
+      binary = work_file("uprobe_floor")
       FileUtils.mkdir_p(WORK_DIR)
-      source = File.join(WORK_DIR, "uprobe_floor.c")
-      binary = File.join(WORK_DIR, "uprobe_floor")
       File.write(source, SOURCE)
-      Bench.run_command("gcc", "-O2", "-o", binary, source, log: File.join(WORK_DIR, "floor-gcc.log"), timeout: 60)
+      Bench.run_command("gcc", "-O2", "-o", binary, source, log: work_file("floor-gcc.log"), timeout: 60)
       binary
     end
 
     # Per round: [plain, probed nop1, probed nop5] ns/call, the warm-up round dropped.
-    def run_binary(binary, log)
-      output = Bench.run_command(binary, (@rounds + 1).to_s, PLAIN_CALLS.to_s, PROBED_CALLS.to_s, Bench.call_clock_name,
-                                 log: File.join(WORK_DIR, log), timeout: 120)
+    def run_binary(binary, log_name)
+      output = Bench.run_command(binary, (rounds + 1).to_s, PLAIN_CALLS.to_s, PROBED_CALLS.to_s, CLOCK,
+                                 log: work_file(log_name), timeout: 120)
       output.scan(/^round (\d+) (\S+) (\S+) (\S+)$/).drop(1).map { |_, *ns| ns.map { |value| Float(value) } }
     end
 
@@ -105,28 +101,23 @@ module Bench
     # [nop1, nop5].
     def probed_run(binary)
       program = "uprobe:#{binary}:#{PROBED} { @nop1 = count(); } uprobe:#{binary}:#{PROBED_NOP5} { @nop5 = count(); }"
-      Bpftrace.attached(program, log: File.join(WORK_DIR, "floor-bpftrace.log")) do |tracer|
+      Bpftrace.attached(program, log: work_file("floor-bpftrace.log")) do |tracer|
         next [nil, nil] unless tracer
 
-        rounds = run_binary(binary, "floor-probed.log")
-        [rounds, tracer.finish&.values_at("nop1", "nop5")]
+        [run_binary(binary, "floor-probed.log"), tracer.finish&.values_at("nop1", "nop5")]
       end
     end
 
-    def stub_section(unprobed, probed, hits, binary)
-      section = Section.new(:floor, "Physical floor: C `nop; ret` and `nop5; ret` stubs called in a loop, uprobe " \
-                                    "(median of #{@rounds} rounds)",
-                            params: { rounds: @rounds, plain_calls: PLAIN_CALLS, probed_calls: PROBED_CALLS, binary:,
-                                      clock: Bench.call_clock_name })
-                       .column(:measurement, "measurement")
-                       .column(:ns_per_call, "ns/call", Format.auto)
-                       .column(:spread_ns, "min..max", Format.range(2))
-      stub_rows(unprobed, probed).each { |row| section.row(row) }
-      section.note("the probed run has bpftrace `uprobe:BINARY:STUB { @ = count(); }` attached to #{PROBED} " \
-                   "(1-byte nop) and #{PROBED_NOP5} (5-byte nopl 0x0(%rax,%rax,1)); the same stubs and loop are " \
-                   "run once without bpftrace, then once with it")
-      section.note(hits_note(hits)) if probed
-      section
+    def stub_table(unprobed, probed, hits, binary)
+      table = table(:floor, "Physical floor: C `nop; ret` and `nop5; ret` stubs called in a loop, uprobe " \
+                            "(median of #{rounds} rounds)",
+                    params: { rounds:, plain_calls: PLAIN_CALLS, probed_calls: PROBED_CALLS, binary:, clock: CLOCK },
+                    measurement: "measurement", ns_per_call: ["ns/call", :auto], spread_ns: ["min..max", :r2])
+      stub_rows(unprobed, probed).each { |row| table.row(row) }
+      table.note("the probed run has bpftrace `uprobe:BINARY:STUB { @ = count(); }` attached to #{PROBED} " \
+                 "(1-byte nop) and #{PROBED_NOP5} (5-byte nopl 0x0(%rax,%rax,1)); the same stubs and loop are " \
+                 "run once without bpftrace, then once with it")
+      table.note(hits_note(hits)) if probed
     end
 
     # The probed stubs without and with the uprobe, same calls, same loop;
@@ -157,7 +148,7 @@ module Bench
     end
 
     def hits_note(hits)
-      expected = (@rounds + 1) * PROBED_CALLS
+      expected = (rounds + 1) * PROBED_CALLS
       return "WARNING: bpftrace did not exit on SIGINT: its count is lost" unless hits
       return "bpftrace counted every probed call of each stub exactly (#{expected})" if hits.all?(expected)
 
@@ -165,27 +156,20 @@ module Bench
     end
 
     # Two clock reads: what a latency probe adds to a call around it.
-    def clock_section
-      loops = [CodeLoop.new("2 x Process.clock_gettime(CLOCK_MONOTONIC, :nanosecond)",
-                            "Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)\n" \
-                            "Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)"),
-               CodeLoop.new("2 x StaticTracing.nsec", "StaticTracing.nsec\nStaticTracing.nsec")]
-      samples = Samples.new(loops, rounds: @rounds, target_ms: SAMPLE_MS).run
-      section = Section.new(:clock, "Two clock reads in Ruby (median of #{@rounds} interleaved rounds)",
-                            params: { rounds: @rounds, clocksource: })
-                       .column(:measurement, "measurement")
-                       .column(:ns_per_call, "ns/pair", Format.decimal(1))
-                       .column(:spread_ns, "min..max", Format.range(1))
+    def clock_table
+      loops = [Loop.new("2 x Process.clock_gettime(CLOCK_MONOTONIC, :nanosecond)",
+                        "Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)\n" \
+                        "Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)"),
+               Loop.new("2 x StaticTracing.nsec", "StaticTracing.nsec\nStaticTracing.nsec")]
+      samples = time(loops, sample_ms: SAMPLE_MS)
+      clocksource = File.read("/sys/devices/system/clocksource/clocksource0/current_clocksource").strip
+      table = table(:clock, "Two clock reads in Ruby (median of #{rounds} interleaved rounds)",
+                    params: { rounds:, clocksource: }, measurement: "measurement", ns_per_call: ["ns/pair", :d1],
+                    spread_ns: ["min..max", :r1])
       %w[clock.process_clock_gettime clock.static_tracing_nsec].zip(loops).each do |id, loop|
-        section.row({ id:, measurement: loop.label, **samples.timing(loop.label) })
+        table.row({ id:, measurement: loop.label, **samples.timing(loop.label) })
       end
-      section.note("net of an empty loop; clocksource #{clocksource}")
-    end
-
-    def clocksource
-      File.read("/sys/devices/system/clocksource/clocksource0/current_clocksource").strip
-    rescue SystemCallError
-      "unknown"
+      table.note("net of an empty loop; clocksource #{clocksource}")
     end
   end
 end

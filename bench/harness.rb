@@ -1,51 +1,65 @@
 # frozen_string_literal: true
 
-require "etc"
-require "fileutils"
-require "json"
-require "time"
+# `rake bench` (ruby bench/harness.rb): one table on stdout, the same data
+# in tmp/bench.json, progress on stderr. Attached rows need root and a
+# working bpftrace, and say why they were skipped otherwise.
+#
+#   BENCH_ONLY=calls,load   run only these groups (the targets table always runs)
+#   BENCH_ROUNDS=3          rounds per group instead of each group's own
+#   BENCH_JSON=path         where the JSON goes
+#   BENCH_CLOCK=wall        time calls and loads by the monotonic clock, not thread CPU time
+#   BENCH_MACRO_SECONDS=3   seconds of wrk per configuration and round
+#   BPFTRACE=path           the bpftrace to attach with
+#
+# Adding a group is one file, bench/NAME.rb, loaded by this one:
+#
+#   module Bench
+#     # What it measures and why.
+#     class Name < Group                # key :name, for BENCH_ONLY and the JSON
+#       ROUNDS = 5
+#
+#       def run
+#         loops = [Loop.call("plain", Object.new, :itself), Loop.new("nil?", "receiver.nil?", receiver: 1)]
+#         samples = time(loops, sample_ms: 25)         # interleaved rounds, net of an empty loop
+#         table(:name, "Title (median of #{rounds} rounds)", measurement: "measurement",
+#               ns_per_call: ["ns/call", :d1], ratio: ["ratio to plain", :x])
+#           .row(id: "name.nil", measurement: "nil?", **samples.timing("nil?"), ratio: samples.ratio("nil?", "plain"))
+#           .note("what the reader must know")
+#       end
+#     end
+#   end
+#
+# Groups run in ORDER, then any other in file name order, then Targets,
+# which reads the other tables (add a target there). Column formats: :d1
+# (decimals), :r1 (min..max), :int, :auto, :x (ratio); plain words if none.
+# Processes, bpftrace and the example app: bench/support.rb.
 
-# Timing, statistics and reporting shared by the benchmark groups. A group
-# (bench/calls.rb, bench/load.rb, ...) measures and returns Sections;
-# bench/run.rb prints them as one table and writes them as JSON.
+$LOAD_PATH.unshift(File.expand_path("../lib", __dir__))
+require "etc"
+require "json"
+require "static_tracing"
+require "time"
+require_relative "support"
+
 module Bench
+  ORDER = %i[calls methods floor load attach allocations macro].freeze
+  # Per-call loops are timed in the CPU time of their thread: on a shared
+  # host the time it spends preempted would otherwise land in whichever
+  # sample it hit. The kernel's time on its behalf (a uprobe) is counted.
+  CLOCKS = { "cpu" => Process::CLOCK_THREAD_CPUTIME_ID, "wall" => Process::CLOCK_MONOTONIC }.freeze
+  CLOCK = ENV.fetch("BENCH_CLOCK", "cpu")
+  CLOCK_WORDS = { "cpu" => "thread CPU time", "wall" => "monotonic (wall) time" }.freeze
+
   module_function
 
-  def now_ns
-    Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)
-  end
-
-  # Nanoseconds the block took.
-  def time_ns
-    start = now_ns
-    yield
-    now_ns - start
-  end
-
-  # Per-call loops are timed in the CPU time of the thread running them:
-  # on a shared host the time it spends preempted would otherwise land in
-  # whichever sample it hit. Time the kernel spends on its behalf (a
-  # uprobe's trap and BPF program) is counted. BENCH_CLOCK=wall times them
-  # by the monotonic clock instead.
-  CALL_CLOCKS = { "cpu" => Process::CLOCK_THREAD_CPUTIME_ID, "wall" => Process::CLOCK_MONOTONIC }.freeze
-
-  def call_clock_name
-    @call_clock_name ||= ENV.fetch("BENCH_CLOCK", "cpu").tap do |name|
-      CALL_CLOCKS.key?(name) or abort "bench: BENCH_CLOCK=#{name}: use one of #{CALL_CLOCKS.keys.join(", ")}"
-    end
-  end
-
-  def call_clock_words
-    call_clock_name == "cpu" ? "thread CPU time" : "monotonic (wall) time"
-  end
-
-  # Nanoseconds the block took, by the clock of per-call loops.
-  def call_time_ns
-    clock = CALL_CLOCKS.fetch(call_clock_name)
+  def time_ns(clock = Process::CLOCK_MONOTONIC)
     start = Process.clock_gettime(clock, :nanosecond)
     yield
     Process.clock_gettime(clock, :nanosecond) - start
   end
+
+  # Nanoseconds the block took, by the clock of per-call loops.
+  def call_time_ns(&) = time_ns(CLOCKS.fetch(CLOCK), &)
 
   def median(values)
     sorted = values.sort
@@ -53,117 +67,58 @@ module Bench
     sorted.size.odd? ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2.0
   end
 
-  # The median of the round-by-round ratios of two series: each ratio
-  # compares measurements taken moments apart, which a shared machine's
-  # drifting load would blur if whole medians were divided instead.
+  # The median of round-by-round ratios: each compares measurements taken
+  # moments apart, which a shared machine's drifting load would blur if
+  # whole medians were divided instead.
   def median_ratio(values, references)
-    ratios = values.zip(references).filter_map do |value, reference|
-      value.fdiv(reference) if reference.positive?
-    end
+    ratios = values.zip(references).filter_map { |value, ref| value.fdiv(ref) if ref.positive? }
     ratios.empty? ? nil : median(ratios)
   end
 
-  # Runs every case once a round, in the same order each round (A, B, C,
-  # A, B, C, ...), so the things compared share the same moments of noise.
-  # The first +warmup+ rounds are run and dropped. Returns name => the
-  # result of each kept round, in round order.
-  def interleave(cases, rounds:, warmup: 1)
+  # Runs every case once a round, in the same order each round, so that the
+  # things compared share the same moments of noise; the first round is a
+  # warm-up. Returns name => the results of the kept rounds.
+  def interleave(cases, rounds:)
     results = cases.transform_values { [] }
-    (warmup + rounds).times do |round|
-      cases.each do |name, run|
-        result = run.call
-        results[name] << result if round >= warmup
-      end
+    (rounds + 1).times do |round|
+      cases.each { |name, run| run.call.then { |result| results[name] << result if round.positive? } }
     end
     results
   end
 
-  # Iterations for one sample of the slowest loop to last about +target_ms+:
-  # long enough to dwarf the clock and scheduler ticks, short enough for
-  # many interleaved rounds.
-  def calibrate(loops, target_ms:, probe: 20_000)
-    loops.each { |loop| loop.time_ns(probe) }
-    slowest = loops.map { |loop| loop.time_ns(probe) }.max.fdiv(probe)
-    (target_ms * 1_000_000 / slowest).round(-4).clamp(10_000, 100_000_000)
-  end
+  # +code+ run +iterations+ times in a lambda compiled once, with +locals+
+  # as its parameters: the loop holds the call as a caller writes it, with
+  # no dispatch of the harness's own. Without code: the empty loop.
+  class Loop
+    attr_reader :label, :calls # calls made so far: what an attached tracer must have counted
 
-  def machine_info
-    uname = Etc.uname
-    {
-      ruby: RUBY_DESCRIPTION,
-      cpu: cpu_model,
-      cpus: Etc.nprocessors,
-      kernel: "#{uname[:sysname]} #{uname[:release]} #{uname[:machine]}",
-      load_average:
-    }
-  end
-
-  def cpu_model
-    line = File.foreach("/proc/cpuinfo").find { |entry| entry.start_with?("model name") }
-    line ? line.split(":", 2).last.strip : "unknown"
-  rescue SystemCallError
-    "unknown"
-  end
-
-  # 1, 5 and 15 minute load averages: how busy the shared machine was.
-  def load_average
-    File.read("/proc/loadavg").split.first(3).map(&:to_f)
-  rescue SystemCallError
-    nil
-  end
-
-  # Shapes raw row values for the table; JSON gets the raw values.
-  module Format
-    module_function
-
-    def decimal(digits)
-      ->(value) { format("%.#{digits}f", value) }
+    def self.call(label, receiver, method, *args)
+      locals = args.each_index.to_h { |index| [:"a#{index}", args[index]] }
+      new(label, "receiver.#{method}(#{locals.keys.join(", ")})", receiver:, **locals)
     end
-
-    def integer
-      ->(value) { value.round.to_s.gsub(/(\d)(?=(\d{3})+\z)/, "\\1,") }
-    end
-
-    # Three or four significant digits, for columns mixing magnitudes.
-    def auto
-      lambda { |value|
-        format(if value.abs >= 100
-                 "%.1f"
-               else
-                 value.abs >= 10 ? "%.2f" : "%.3f"
-               end, value)
-      }
-    end
-
-    def ratio
-      ->(value) { format("%.2fx", value) }
-    end
-
-    def range(digits)
-      ->(value) { format("%.#{digits}f..%.#{digits}f", *value) }
-    end
-  end
-
-  # A loop running +code+ +iterations+ times, compiled once with +locals+
-  # as the parameters of its lambda: the loop holds the code as a caller
-  # would write it, with no dispatch of the harness's own (a `public_send`
-  # would add one) in what is measured. Without code it is the empty loop
-  # whose cost the others subtract.
-  class CodeLoop
-    LOCAL = /\A[a-z][a-zA-Z0-9_]*\z/
-
-    # Calls made through this loop so far, calibration included: what an
-    # attached tracer must have counted.
-    attr_reader :label, :calls
 
     def initialize(label, code = nil, **locals)
-      bad = locals.keys.reject { |name| LOCAL.match?(name) && !name.start_with?("bench_") }
-      raise ArgumentError, "not usable as locals: #{bad.inspect}" if bad.any?
+      raise ArgumentError, "bench_ names are the loop's own: #{locals.keys}" if locals.keys.grep(/\Abench_/).any?
 
       @label = label
       @values = locals.values
       @calls = 0
-      @body = compile(code.to_s, locals.keys)
+      @body = instance_eval(<<~RUBY, __FILE__, __LINE__ + 1)
+        # ->(bench_n, receiver, a0) do
+        #   bench_i = 0
+        #   while bench_i < bench_n
+        #     receiver.fire(a0)
+        #     bench_i += 1
+        #   end
+        # end
+        ->(bench_n#{locals.keys.map { |name| ", #{name}" }.join}) do
+          bench_i = 0
+          while bench_i < bench_n
+            #{code}
+            bench_i += 1
+          end
+        end
+      RUBY
     end
 
     def time_ns(iterations)
@@ -171,8 +126,8 @@ module Bench
       Bench.call_time_ns { @body.call(iterations, *@values) }
     end
 
-    # Objects allocated by one call: the loop is run at two lengths so that
-    # whatever a run allocates once (caches filled on first use) cancels out.
+    # Objects one call allocates: run at two lengths, so that what a run
+    # allocates once (caches filled on first use) cancels out.
     def objects_per_call(iterations)
       allocated(iterations)
       (allocated(2 * iterations) - allocated(iterations)).fdiv(iterations)
@@ -186,158 +141,241 @@ module Bench
       @body.call(iterations, *@values)
       GC.stat(:total_allocated_objects) - before
     end
+  end
 
-    def compile(code, names)
-      instance_eval(<<~RUBY, __FILE__, __LINE__ + 1)
-        # ->(bench_n, receiver, a0) do
-        #   bench_i = 0
-        #   while bench_i < bench_n
-        #     receiver.fire(a0)
-        #     bench_i += 1
-        #   end
-        # end
-        ->(bench_n#{names.map { |name| ", #{name}" }.join}) do
-          bench_i = 0
-          while bench_i < bench_n
-            #{code}
-            bench_i += 1
-          end
-        end
-      RUBY
+  # Interleaved rounds of loops costing from nanoseconds to microseconds a
+  # call: each gets its own iteration count, about +sample_ms+ a sample,
+  # and every round times the empty loop too, whose cost is subtracted.
+  # +around+ (loop, run) puts the process in the state the loop is measured
+  # in and calls run once; loops sharing a state should be adjacent.
+  class Samples
+    attr_reader :iterations, :empty_ns
+
+    NO_STATE = ->(_loop, run) { run.call }
+    CALIBRATION = 20_000
+
+    def initialize(loops, sample_ms:, rounds:, around: NO_STATE)
+      @iterations = {}
+      empty = Loop.new("empty loop")
+      cases = [empty, *loops].to_h { |loop| [loop.label, sample(loop, sample_ms, loop == empty ? NO_STATE : around)] }
+      per_call = Bench.interleave(cases, rounds:)
+      @empty_ns = per_call.delete(empty.label)
+      @net = per_call.transform_values { |values| values.zip(@empty_ns).map { |value, empty_ns| value - empty_ns } }
+    end
+
+    def ns(label) = @net.fetch(label)
+    def median(label) = Bench.median(ns(label))
+    def ratio(label, reference) = Bench.median_ratio(ns(label), ns(reference))
+    def empty_median = Bench.median(@empty_ns)
+
+    # The median of per-round differences: what +label+ costs over +reference+.
+    def over(label, reference) = Bench.median(ns(label).zip(ns(reference)).map { |value, ref| value - ref })
+
+    # Median of per-round (label - base) / (reference - base).
+    def overhead_ratio(label, reference, base)
+      ratios = ns(label).zip(ns(reference), ns(base)).filter_map do |value, ref, base_ns|
+        (value - base_ns).fdiv(ref - base_ns) if ref > base_ns
+      end
+      ratios.empty? ? nil : Bench.median(ratios)
+    end
+
+    # The columns of a timed row.
+    def timing(label)
+      { ns_per_call: median(label), spread_ns: ns(label).minmax, iterations: @iterations[label],
+        samples_ns: ns(label).map { |value| value.round(2) } }
+    end
+
+    private
+
+    # Calibrates +loop+ (a warm run, then a timed one) and returns what
+    # times one sample of it, in ns a call.
+    def sample(loop, sample_ms, around)
+      within = lambda do |&block|
+        result = nil
+        around.call(loop, -> { result = block.call })
+        result
+      end
+      per_call = within.call { 2.times.map { loop.time_ns(CALIBRATION) }.last.fdiv(CALIBRATION) }
+      count = @iterations[loop.label] = (sample_ms * 1e6 / per_call).round(-4).clamp(10_000, 100_000_000)
+      -> { within.call { loop.time_ns(count) }.fdiv(count) }
     end
   end
 
-  # receiver.method(*args) in a CodeLoop: the call site is compiled for
-  # that method, with the arguments as locals.
-  class CallLoop < CodeLoop
-    PLAIN_METHOD = /\A[a-z_][a-zA-Z0-9_]*[?!]?\z/
+  # A titled table: rows keep raw values (all go to the JSON), columns
+  # choose which the table shows and how; nil shows as an empty cell.
+  class Table
+    FORMATS = {
+      int: ->(value) { value.round.to_s.gsub(/(\d)(?=(\d{3})+\z)/, "\\1,") },
+      auto: ->(value) { format("%.#{[3 - Math.log10([value.abs, 1].max).floor, 1].max}f", value) },
+      x: ->(value) { format("%.2fx", value) }, nil => :to_s.to_proc
+    }.freeze
 
-    def initialize(label, receiver = nil, method = nil, *args)
-      raise ArgumentError, "not a plain method name: #{method.inspect}" if method && !PLAIN_METHOD.match?(method)
-
-      locals = args.each_index.to_h { |index| [:"a#{index}", args[index]] }
-      code = method && "receiver.#{method}(#{locals.keys.join(", ")})"
-      super(label, code, receiver:, **locals)
+    def self.formatter(spec)
+      case spec.to_s
+      when /\Ad\d\z/ then ->(value) { format("%.#{spec[1]}f", value) }
+      when /\Ar\d\z/ then ->(value) { format("%.#{spec[1]}f..%.#{spec[1]}f", *value) }
+      else FORMATS.fetch(spec)
+      end
     end
-  end
 
-  # A titled part of the report with its own columns. Rows keep raw values
-  # (all of them go to the JSON); columns choose which the table shows and
-  # how. A nil value shows as an empty cell.
-  class Section
-    Column = Struct.new(:key, :header, :format)
+    attr_reader :key, :rows
 
-    attr_reader :key, :title
-
-    def initialize(key, title, params: {})
+    # +columns+: key => header, or key => [header, format].
+    def initialize(key, title, params: {}, **columns)
       @key = key
       @title = title
       @params = params
-      @columns = []
+      @columns = columns.transform_values { |header, spec| [header, Table.formatter(spec)] }
       @rows = []
       @notes = []
     end
 
-    def column(key, header, format = :to_s.to_proc)
-      @columns << Column.new(key, header, format)
-      self
-    end
-
-    def row(values)
-      @rows << values
-      values
-    end
-
-    def note(text)
-      @notes << text
-      self
-    end
-
-    # The row with this id, or nil.
-    def find(id)
-      @rows.find { |row| row[:id] == id }
-    end
+    def row(values) = tap { @rows << values }
+    def note(text) = tap { @notes << text }
+    def find(id) = @rows.find { |row| row[:id] == id }
 
     def lines
-      cells = [@columns.map(&:header)] + @rows.map { |row| cells(row) }
-      widths = @columns.each_index.map { |index| cells.map { |line| line[index].length }.max }
-      table = cells.map { |line| align(line, widths) }
-      table.insert(1, widths.map { |width| "-" * width }.join("  "))
-      ["== #{@title}", *table, *notes]
+      cells = [@columns.values.map(&:first)] + @rows.map { |row| @columns.map { |key, (_, fmt)| cell(row[key], fmt) } }
+      widths = cells.transpose.map { |column| column.map(&:length).max }
+      lines = cells.map { |line| align(line, widths) }
+      ["== #{@title}", lines.first, widths.map { "-" * _1 }.join("  "), *lines.drop(1), *@notes.map { "  * #{_1}" }]
     end
 
-    def to_h
-      { title: @title, params: @params, rows: @rows, notes: @notes }
+    def align(line, widths)
+      line.zip(widths, @columns.keys).map { |text, width, key| numeric?(key) ? text.rjust(width) : text.ljust(width) }
+          .join("  ").rstrip
+    end
+
+    def cell(value, format) = value.nil? ? "" : format.call(value)
+
+    # Numbers (and ranges of them) compare best flush right, words flush left.
+    def numeric?(key) = @rows.all? { |row| [Numeric, Array, NilClass].any? { |kind| row[key].is_a?(kind) } }
+
+    def to_h = { title: @title, params: @params, rows: @rows, notes: @notes }
+  end
+
+  # A group of measurements: a subclass per file, whose #run adds tables.
+  class Group
+    ROUNDS = 1
+    @all = []
+
+    class << self
+      def all = Group.instance_variable_get(:@all)
+
+      def inherited(group)
+        super
+        all << group
+      end
+
+      def key = name.split("::").last.gsub(/(?<=[a-z])([A-Z])/, "_\\1").downcase.to_sym
+    end
+
+    attr_reader :rounds
+
+    def initialize(report, rounds: nil)
+      @report = report
+      @rounds = rounds || self.class::ROUNDS
     end
 
     private
 
-    def notes
-      @notes.map { |note| "  * #{note}" }
+    def table(key, title, **columns) = Table.new(key, title, **columns).tap { |table| @report << table }
+    def time(loops, sample_ms:, around: Samples::NO_STATE) = Samples.new(loops, sample_ms:, rounds:, around:)
+    def work_file(name) = File.join(WORK_DIR, name)
+
+    # A loaded provider with a tracepoint for each probe => types; yields
+    # them by probe, then unregisters the provider, so that no group leaves
+    # anything loaded that another could notice.
+    def with_loaded_provider(name, signatures)
+      provider = StaticTracing::Provider.register(name)
+      tracepoints = signatures.to_h { |probe, types| [probe, provider.add_tracepoint(probe, *types)] }
+      provider.load
+      yield tracepoints
+    ensure
+      provider&.unregister
     end
 
-    def cells(row)
-      @columns.map { |column| row[column.key].nil? ? "" : column.format.call(row[column.key]) }
-    end
+    # The unattached numbers mean nothing if a tracer is attached.
+    def attachment_note(tracepoints)
+      attached = tracepoints.select(&:enabled?)
+      return "no tracer attached (every enabled? was false)" if attached.empty?
 
-    # Numbers (and ranges of them) compare best flush right, words read
-    # best flush left.
-    def numeric?(column)
-      @rows.all? { |row| [Numeric, Array, NilClass].any? { |kind| row[column.key].is_a?(kind) } }
-    end
-
-    def align(line, widths)
-      line.zip(widths, @columns).map do |cell, width, column|
-        numeric?(column) ? cell.rjust(width) : cell.ljust(width)
-      end.join("  ").rstrip
+      "WARNING: a tracer is attached to #{attached.map(&:inspect).join(", ")}: these are not unattached costs"
     end
   end
 
+  # Everything one run measured, in the order measured.
   class Report
-    def initialize(title, machine)
-      @title = title
+    attr_reader :machine
+
+    def initialize(machine)
       @machine = machine
-      @sections = []
+      @tables = []
       @started_at = Time.now.utc
     end
 
-    def add(*sections)
-      @sections.concat(sections.flatten)
-      self
-    end
-
-    # The section with this key, or nil when its group did not run.
-    def section(key)
-      @sections.find { |section| section.key == key }
-    end
-
-    def machine_line(key, value)
-      @machine[key] = value
-    end
+    def <<(table) = @tables << table
+    def table(key) = @tables.find { |table| table.key == key }
 
     def render(io = $stdout)
-      io.puts "#{@title}, #{@started_at.iso8601}"
-      @machine.each { |key, value| io.puts format("  %-16<key>s %<value>s", key:, value: describe(value)) }
-      @sections.each do |section|
-        io.puts
-        section.lines.each { |line| io.puts line }
-      end
+      io.puts "static_tracing benchmark, #{@started_at.iso8601}"
+      @machine.each { |key, value| io.puts format("  %-16<key>s %<value>s", key:, value: Array(value).join(" ")) }
+      @tables.each { |table| io.puts("", *table.lines) }
     end
 
     def write_json(path)
       FileUtils.mkdir_p(File.dirname(path))
-      data = {
-        started_at: @started_at.iso8601,
-        machine: @machine,
-        sections: @sections.to_h { |section| [section.key, section.to_h] }
-      }
+      data = { started_at: @started_at.iso8601, machine: @machine, sections: @tables.to_h { [_1.key, _1.to_h] } }
       File.write(path, "#{JSON.pretty_generate(data)}\n")
     end
-
-    private
-
-    def describe(value)
-      value.is_a?(Array) ? value.join(" ") : value.to_s
-    end
   end
+
+  def main
+    abort "bench: BENCH_CLOCK=#{CLOCK}: use one of #{CLOCKS.keys.join(", ")}" unless CLOCKS.key?(CLOCK)
+    # Groups switch tracing on for what they measure, never the environment.
+    StaticTracing::Configuration.mode = StaticTracing::Configuration::Modes::OFF
+    report = Report.new(machine)
+    total = time_ns { (selected_groups + [Targets]).each { |group| run_group(group, report) } }
+    report.machine.merge!(load_average_end: load_average, run_seconds: (total / 1e9).round(1))
+    report.render
+    path = ENV.fetch("BENCH_JSON", File.join(ROOT, "tmp", "bench.json"))
+    report.write_json(path)
+    puts "\nJSON: #{path}"
+  end
+
+  def run_group(group, report)
+    warn "bench: #{group.key}..."
+    rounds = ENV["BENCH_ROUNDS"]&.then { Integer(_1) }
+    warn format("bench: #{group.key} took %.1f s", time_ns { group.new(report, rounds:).run } / 1e9)
+  end
+
+  # Every group of bench/, in ORDER and then by name.
+  def groups
+    (Dir[File.join(__dir__, "*.rb")] - [File.expand_path(__FILE__)]).each { |file| require file }
+    (Group.all - [Targets]).sort_by { |group| [ORDER.index(group.key) || ORDER.size, group.key] }
+  end
+
+  def selected_groups
+    only = ENV.fetch("BENCH_ONLY", nil) or return groups
+
+    keys = only.split(",").map { _1.strip.to_sym }
+    unknown = keys - groups.map(&:key)
+    abort "bench: unknown group(s) #{unknown.join(", ")}; known: #{groups.map(&:key).join(", ")}" if unknown.any?
+    groups.select { |group| keys.include?(group.key) }
+  end
+
+  def machine
+    uname = Etc.uname
+    cpu = File.foreach("/proc/cpuinfo").find { _1.start_with?("model name") }&.split(":", 2)&.last&.strip
+    commit = IO.popen(%w[git describe --always --dirty], chdir: ROOT, err: File::NULL, &:read).strip
+    { ruby: RUBY_DESCRIPTION, cpu: cpu || "unknown", cpus: Etc.nprocessors,
+      kernel: "#{uname[:sysname]} #{uname[:release]} #{uname[:machine]}", load_average:,
+      static_tracing: "#{StaticTracing::VERSION} (#{commit})", usdt_supported: StaticTracing.supported?,
+      call_clock: "calls and loads timed in #{CLOCK_WORDS.fetch(CLOCK)} (BENCH_CLOCK=wall|cpu); macro: wall time" }
+  end
+
+  # 1, 5 and 15 minute load averages: how busy the shared machine was.
+  def load_average = File.read("/proc/loadavg").split.first(3).map(&:to_f)
 end
+
+Bench.main if $PROGRAM_NAME == __FILE__

@@ -1,11 +1,12 @@
 # frozen_string_literal: true
 
+require "rbconfig"
+
 module Bench
   # What loading a provider costs as it grows: the time to generate, write
-  # and dlopen its stub, the stub's size, and the cost of growing a loaded
-  # provider by one probe (a regenerate-and-reload).
-  class Load
-    KEY = :load
+  # and dlopen its stub, the stub's size, the cost of growing a loaded
+  # provider by one probe (a regenerate-and-reload), and resident memory.
+  class Load < Group
     ROUNDS = 7
     SIZES = [10, 100, 1_000, 10_000].freeze
     # The size the reload is compared at, and the pair linearity is read from.
@@ -13,17 +14,34 @@ module Bench
     LINEAR = [1_000, 10_000].freeze
     # Mixed signatures, so notes carry argument specs of more than one length.
     SIGNATURES = [[Integer], [Integer, String]].freeze
+    MEMORY_PROBES = 10_000
+    MEMORY_ROUNDS = 3
+    # Run in a fresh process, because memory a process has freed is not
+    # given back to the kernel reliably: one that loaded providers before
+    # would reuse it.
+    MEMORY_SCRIPT = <<~'RUBY'
+      def snapshot
+        GC.start
+        status = File.read("/proc/self/status")
+        %w[VmRSS RssAnon RssFile].map { |key| Integer(status[/^#{key}:\s+(\d+) kB/, 1]) * 1024 }
+      end
 
-    def initialize(rounds: ROUNDS)
-      @rounds = rounds
-      @providers = 0
-    end
+      signatures = [[Integer], [Integer, String]]
+      provider = StaticTracing::Provider.register(:bench_memory)
+      before = snapshot
+      Integer(ARGV.fetch(0)).times { |index| provider.add_tracepoint("probe_#{index}", *signatures[index % 2]) }
+      declared = snapshot
+      provider.load
+      puts "MEMORY #{(before + declared + snapshot).join(" ")} #{File.size(provider.path)}"
+    RUBY
 
     def run
       names = SIZES.to_h { |size| [size, Array.new(size + 1) { |index| "probe_#{index}" }] }
-      cases = SIZES.to_h { |size| [size, -> { measure(names[size]) }] }
-      results = Bench.interleave(cases, rounds: @rounds)
-      [sizes_section(results), growth_section(results), LoadMemory.new.run]
+      results = Bench.interleave(SIZES.to_h { |size| [size, -> { measure(names[size]) }] }, rounds:)
+      @series = ->(size, key) { results[size].map { |result| result[key] } }
+      sizes_table(results[SIZES.first].first[:stub_dir])
+      growth_table
+      memory_table
     end
 
     private
@@ -32,134 +50,123 @@ module Bench
     # load_ns; the declarations and the one-probe growths are timed apart.
     def measure(names)
       *initial, extra = names
-      provider = StaticTracing::Provider.register(:"bench_load_#{@providers += 1}")
+      provider = StaticTracing::Provider.register(:"bench_load_#{@providers = (@providers || 0) + 1}")
       *bulk, last = initial
       declare_ns = Bench.call_time_ns { bulk.each_with_index { |name, index| declare(provider, name, index) } }
       declare_last_ns = Bench.call_time_ns { declare(provider, last, bulk.size) }
       load_ns = quiet_time_ns { provider.load }
       bytes = File.size(provider.path)
       reload_ns = quiet_time_ns { declare(provider, extra, initial.size).provider.load }
-      { load_ns:, bytes:, reload_ns:, declare_last_ns:,
-        declare_ns: declare_ns + declare_last_ns, stub_dir: File.dirname(provider.path) }
+      { load_ns:, bytes:, reload_ns:, declare_last_ns:, declare_ns: declare_ns + declare_last_ns,
+        stub_dir: File.dirname(provider.path) }
     ensure
       provider&.unregister
     end
 
-    def declare(provider, name, index)
-      provider.add_tracepoint(name, *SIGNATURES[index % SIGNATURES.size])
-    end
+    def declare(provider, name, index) = provider.add_tracepoint(name, *SIGNATURES[index % SIGNATURES.size])
 
     # The previous provider's teardown must not be billed to this timing:
-    # its garbage is collected first, and then one large malloc takes the
-    # hit of glibc consolidating the thousands of small blocks that freed
-    # (measured at +150..500 us on the first load after a 10,000-probe
-    # provider went away). Timed by the clock of the call loops: a load
-    # does no more than write a file and map it (no fsync), all of it
-    # counted in the thread's CPU time, while a neighbour's burst of work
-    # would not be.
+    # its garbage is collected first, then one large malloc takes the hit
+    # of glibc consolidating the thousands of small blocks that freed
+    # (+150..500 us on the first load after a 10,000-probe provider went
+    # away). A load writes a file and maps it (no fsync): all of it is in
+    # the thread's CPU time, while a neighbour's burst of work is not.
     def quiet_time_ns(&)
       GC.start
       String.new(capacity: 64 * 1024)
       Bench.call_time_ns(&)
     end
 
-    def series(results, size, key)
-      results[size].map { |result| result[key] }
+    def sizes_table(stub_dir)
+      table = table(:load, "Provider load, fresh provider each time (median of #{rounds} interleaved rounds)",
+                    params: { rounds:, sizes: SIZES, signatures: SIGNATURES.map(&:inspect),
+                              probe_names: "probe_0, probe_1, ...", clock: CLOCK },
+                    probes: ["probes", :int], load_ms: ["load ms", :d3], load_ms_spread: ["min..max", :r3],
+                    load_us_per_probe: ["µs/probe", :d2], stub_bytes: ["stub bytes", :int],
+                    stub_bytes_per_probe: ["bytes/probe", :int], reload_ms: ["add +1 ms", :d3],
+                    declare_ms: ["declare ms", :d2], declare_us_per_probe: ["declare µs/probe", :d2])
+      SIZES.each { |size| table.row(size_row(size)) }
+      table.note("load = Provider#load only (generate, write and dlopen the stub); add +1 = add_tracepoint " \
+                 "on the loaded provider (regenerate + reload); declare = the N add_tracepoint calls before load")
+      table.note("stubs written to #{stub_dir}; timed in #{CLOCK_WORDS.fetch(CLOCK)}")
     end
 
-    def sizes_section(results)
-      section = Section.new(KEY, "Provider load, fresh provider each time (median of #{@rounds} interleaved rounds)",
-                            params: { rounds: @rounds, sizes: SIZES, signatures: SIGNATURES.map(&:inspect),
-                                      probe_names: "probe_0, probe_1, ...", clock: Bench.call_clock_name })
-      load_columns(section)
-      SIZES.each { |size| section.row(size_row(results, size)) }
-      section.note("load = Provider#load only (generate, write and dlopen the stub); add +1 = add_tracepoint " \
-                   "on the loaded provider (regenerate + reload); declare = the N add_tracepoint calls before load")
-      section.note("stubs written to #{results[SIZES.first].first[:stub_dir]}; timed in #{Bench.call_clock_words}")
+    def size_row(size)
+      load_ms = @series.call(size, :load_ns).map { |ns| ns / 1e6 }
+      declare_ms = Bench.median(@series.call(size, :declare_ns)) / 1e6
+      bytes = Bench.median(@series.call(size, :bytes))
+      { id: "load.#{size}", probes: size, load_ms: Bench.median(load_ms), load_ms_spread: load_ms.minmax,
+        load_us_per_probe: Bench.median(load_ms) * 1000 / size, stub_bytes: bytes,
+        stub_bytes_per_probe: bytes.fdiv(size),
+        reload_ms: Bench.median(@series.call(size, :reload_ns)) / 1e6, declare_ms:,
+        declare_us_per_probe: declare_ms * 1000 / size, load_ms_samples: load_ms.map { |ms| ms.round(4) } }
     end
 
-    def load_columns(section)
-      section.column(:probes, "probes", Format.integer)
-             .column(:load_ms, "load ms", Format.decimal(3))
-             .column(:load_ms_spread, "min..max", Format.range(3))
-             .column(:load_us_per_probe, "µs/probe", Format.decimal(2))
-             .column(:stub_bytes, "stub bytes", Format.integer)
-             .column(:stub_bytes_per_probe, "bytes/probe", Format.integer)
-             .column(:reload_ms, "add +1 ms", Format.decimal(3))
-             .column(:declare_ms, "declare ms", Format.decimal(2))
-             .column(:declare_us_per_probe, "declare µs/probe", Format.decimal(2))
-    end
-
-    def size_row(results, size)
-      load_ms = series(results, size, :load_ns).map { |ns| ns / 1e6 }
-      declare_ms = series(results, size, :declare_ns).map { |ns| ns / 1e6 }
-      bytes = Bench.median(series(results, size, :bytes))
+    def growth_table
+      table = table(:load_growth, "Provider growth and linearity (ratios are medians of per-round ratios)",
+                    measurement: "measurement", value: ["value", :auto], unit: "unit", reference: "compared with",
+                    reference_value: ["its value", :auto], ratio: ["ratio", :x], target: "target")
+      full_load = ["load #{count(GROWN)}", @series.call(GROWN, :load_ns)]
+      linear = { target: "1.00x (linear)" }
       {
-        id: "load.#{size}", probes: size, load_ms: Bench.median(load_ms), load_ms_spread: load_ms.minmax,
-        load_us_per_probe: Bench.median(load_ms) * 1000 / size,
-        stub_bytes: bytes, stub_bytes_per_probe: bytes.fdiv(size),
-        reload_ms: Bench.median(series(results, size, :reload_ns)) / 1e6,
-        declare_ms: Bench.median(declare_ms), declare_us_per_probe: Bench.median(declare_ms) * 1000 / size,
-        load_ms_samples: load_ms.map { |ms| ms.round(4) }
-      }
+        load_per_probe: [*per_probe(:load_ns, "load per probe"), "µs", 1e3, linear],
+        declare_per_probe: [*per_probe(:declare_ns, "declare per probe"), "µs", 1e3, linear],
+        reload_one: [["add 1 probe to loaded #{count(GROWN)} (reload)", @series.call(GROWN, :reload_ns)],
+                     full_load, "ms", 1e6],
+        declare_one: [["add 1 probe to unloaded #{count(GROWN)} (no reload)", @series.call(GROWN, :declare_last_ns)],
+                      full_load, "ms", 1e6],
+        stub_bytes_per_probe: [*per_probe(:bytes, "stub bytes per probe"), "bytes", 1]
+      }.each { |id, comparison| table.row(id: "growth.#{id}", **comparison(*comparison)) }
     end
 
-    def growth_section(results)
-      section = Section.new(:load_growth, "Provider growth and linearity (ratios are medians of per-round ratios)")
-      section.column(:measurement, "measurement")
-             .column(:value, "value", Format.auto)
-             .column(:unit, "unit")
-             .column(:reference, "compared with")
-             .column(:reference_value, "its value", Format.auto)
-             .column(:ratio, "ratio", Format.ratio)
-             .column(:target, "target")
-      growth_rows(results).each { |row| section.row(row) }
-      section
-    end
-
-    def growth_rows(results)
-      small, large = LINEAR
-      full_load = ["load #{count(GROWN)}", series(results, GROWN, :load_ns)]
-      rows = [
-        per_probe_row(results, :load_ns, "load per probe"),
-        per_probe_row(results, :declare_ns, "declare per probe"),
-        comparison(["add 1 probe to loaded #{count(GROWN)} (reload)", series(results, GROWN, :reload_ns)],
-                   full_load, "ms"),
-        comparison(["add 1 probe to unloaded #{count(GROWN)} (no reload)", series(results, GROWN, :declare_last_ns)],
-                   full_load, "ms"),
-        comparison(["stub bytes per probe at #{count(large)}", per_probe(results, large, :bytes)],
-                   ["at #{count(small)}", per_probe(results, small, :bytes)], "bytes", scale: 1)
-      ]
-      ids = %w[load_per_probe declare_per_probe reload_one declare_one stub_bytes_per_probe]
-      rows.zip(ids).map { |row, id| { id: "growth.#{id}", **row } }
-    end
-
-    # Per-probe cost at the large size against the small one: 1.0 is linear.
-    def per_probe_row(results, key, what)
-      small, large = LINEAR
-      comparison(["#{what} at #{count(large)}", per_probe(results, large, key)],
-                 ["at #{count(small)}", per_probe(results, small, key)], "µs", scale: 1e3)
-        .merge(target: "1.00x (linear)")
-    end
-
-    def per_probe(results, size, key)
-      series(results, size, key).map { |value| value.fdiv(size) }
+    # [label, per-probe values] at the large size and at the small one: 1.0 is linear.
+    def per_probe(key, what)
+      LINEAR.reverse.map do |size|
+        ["#{size == LINEAR.last ? "#{what} at" : "at"} #{count(size)}",
+         @series.call(size, key).map { |value| value.fdiv(size) }]
+      end
     end
 
     # +subject+ and +reference+ are [label, per-round values]; values are
-    # nanoseconds unless +scale+ says what to divide them by for +unit+.
-    def comparison(subject, reference, unit, scale: 1e6)
-      measurement, values = subject
-      reference_label, references = reference
-      {
-        measurement:, value: Bench.median(values) / scale, unit:,
-        reference: reference_label, reference_value: Bench.median(references) / scale,
-        ratio: Bench.median_ratio(values, references)
-      }
+    # divided by +scale+ for +unit+.
+    def comparison((measurement, values), (reference, references), unit, scale, extra = {})
+      { measurement:, value: Bench.median(values) / scale, unit:, reference:,
+        reference_value: Bench.median(references) / scale, ratio: Bench.median_ratio(values, references), **extra }
     end
 
-    def count(size)
-      Format.integer.call(size)
+    def count(size) = Table.formatter(:int).call(size)
+
+    def memory_table
+      results = Array.new(MEMORY_ROUNDS) { |round| memory(round) }
+      table = table(:load_memory, "Resident memory per probe, #{count(MEMORY_PROBES)} probes in a fresh process " \
+                                  "(median of #{MEMORY_ROUNDS})",
+                    params: { probes: MEMORY_PROBES, rounds: MEMORY_ROUNDS }, measurement: "step",
+                    rss_bytes_per_probe: ["VmRSS bytes/probe", :int], rss_spread: ["min..max", :r0],
+                    anon_bytes_per_probe: ["RssAnon bytes/probe", :int],
+                    file_bytes_per_probe: ["RssFile bytes/probe", :int])
+      [["memory.declare", "add_tracepoint x #{count(MEMORY_PROBES)}", 0, 1], ["memory.load", "Provider#load", 1, 2],
+       ["memory.total", "both", 0, 2]].each { |row| table.row(memory_row(results, *row)) }
+      stub_bytes = results.first.last
+      table.note("stub file: #{count(stub_bytes)} bytes, #{stub_bytes / MEMORY_PROBES} bytes/probe; GC.start before " \
+                 "each reading")
+    end
+
+    # [before, declared, loaded] snapshots of [VmRSS, RssAnon, RssFile], and the stub's size.
+    def memory(round)
+      command = [RbConfig.ruby, "-I", File.join(ROOT, "lib"), "-r", "static_tracing", "-e", MEMORY_SCRIPT,
+                 MEMORY_PROBES.to_s]
+      output = Bench.run_command(*command, env: { "STATIC_TRACING_MODE" => "off" },
+                                           log: work_file("load-memory-#{round}.log"), timeout: 60)
+      values = output[/^MEMORY (.*)$/, 1].split.map { |value| Integer(value) }
+      [*values.first(9).each_slice(3), values.last]
+    end
+
+    def memory_row(results, id, measurement, from, to)
+      per_probe = ->(index) { results.map { |result| (result[to][index] - result[from][index]).fdiv(MEMORY_PROBES) } }
+      rss = per_probe.call(0)
+      { id:, measurement:, rss_bytes_per_probe: Bench.median(rss), rss_spread: rss.minmax,
+        anon_bytes_per_probe: Bench.median(per_probe.call(1)), file_bytes_per_probe: Bench.median(per_probe.call(2)),
+        samples: rss }
     end
   end
 end

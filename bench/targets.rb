@@ -5,8 +5,7 @@ module Bench
   # the reader, not a pass/fail gate. Every value comes from a row of
   # another table of the same run; a target whose rows are missing (group
   # not selected, bpftrace unavailable) says so.
-  class Targets
-    KEY = :targets
+  class Targets < Group
     SHAPES = %w[m0 m2 mk].freeze
     # Plain method and disarmed wrapper: equal within this.
     DISARMED = 1.02
@@ -33,24 +32,17 @@ module Bench
 
     Missing = Class.new(StandardError)
 
-    def initialize(report)
-      @report = report
-    end
-
-    def section
-      section = Section.new(KEY, "Targets (information, not pass/fail; from the tables above, same run)")
-                       .column(:target, "target")
-                       .column(:measured, "measured", Format.auto)
-                       .column(:limit, "limit", Format.auto)
-                       .column(:unit, "unit")
-                       .column(:verdict, "verdict")
-      rows.each { |row| section.row(row) }
-      section.note("within one group ratios are medians of per-round ratios; targets combining groups " \
-                   "(attached budget) use each group's medians")
-      section.note("attached budget: the C stub's uprobe hit (floor table) + 2 x Process.clock_gettime (clock " \
-                   "table) + the armed overhead of the same shape, times #{ATTACHED_MARGIN}")
-      section.note("allocations: on Ruby 3.1 a super that passes keywords allocates one object a call, a " \
-                   "hand-written one too, so each shape is held to its prepend+super floor's count")
+    def run
+      table = table(:targets, "Targets (information, not pass/fail; from the tables above, same run)",
+                    target: "target", measured: ["measured", :auto], limit: ["limit", :auto], unit: "unit",
+                    verdict: "verdict")
+      rows.each { |row| table.row(row) }
+      table.note("within one group ratios are medians of per-round ratios; targets combining groups " \
+                 "(attached budget) use each group's medians")
+      table.note("attached budget: the C stub's uprobe hit (floor table) + 2 x Process.clock_gettime (clock " \
+                 "table) + the armed overhead of the same shape, times #{ATTACHED_MARGIN}")
+      table.note("allocations: on Ruby 3.1 a super that passes keywords allocates one object a call, a " \
+                 "hand-written one too, so each shape is held to its prepend+super floor's count")
     end
 
     private
@@ -113,8 +105,8 @@ module Bench
     end
 
     def value(section_key, id, field)
-      section = @report.section(section_key) or raise Missing, "no #{section_key} table in this run"
-      row = section.find(id) or raise Missing, "no row #{id} in #{section_key}"
+      table = @report.table(section_key) or raise Missing, "no #{section_key} table in this run"
+      row = table.find(id) or raise Missing, "no row #{id} in #{section_key}"
       raise Missing, "#{id} skipped: #{row[:skipped]}" if row[:skipped]
 
       row.fetch(field) { raise Missing, "no #{field} in #{section_key} #{id}" }
