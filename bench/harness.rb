@@ -146,12 +146,12 @@ module Bench
   # Interleaved rounds of loops costing from nanoseconds to microseconds a
   # call: each gets its own iteration count, about +sample_ms+ a sample,
   # and every round times the empty loop too, whose cost is subtracted.
-  # +around+ (loop, run) puts the process in the state the loop is measured
-  # in and calls run once; loops sharing a state should be adjacent.
+  # +around+.call(loop) { ... } runs the block, returning its value, in the
+  # state the loop is measured in; loops sharing a state should be adjacent.
   class Samples
     attr_reader :iterations, :empty_ns
 
-    NO_STATE = ->(_loop, run) { run.call }
+    NO_STATE = ->(_loop, &run) { run.call }
     CALIBRATION = 20_000
 
     def initialize(loops, sample_ms:, rounds:, around: NO_STATE)
@@ -190,14 +190,9 @@ module Bench
     # Calibrates +loop+ (a warm run, then a timed one) and returns what
     # times one sample of it, in ns a call.
     def sample(loop, sample_ms, around)
-      within = lambda do |&block|
-        result = nil
-        around.call(loop, -> { result = block.call })
-        result
-      end
-      per_call = within.call { 2.times.map { loop.time_ns(CALIBRATION) }.last.fdiv(CALIBRATION) }
+      per_call = around.call(loop) { 2.times.map { loop.time_ns(CALIBRATION) }.last.fdiv(CALIBRATION) }
       count = @iterations[loop.label] = (sample_ms * 1e6 / per_call).round(-4).clamp(10_000, 100_000_000)
-      -> { within.call { loop.time_ns(count) }.fdiv(count) }
+      -> { around.call(loop) { loop.time_ns(count) }.fdiv(count) }
     end
   end
 

@@ -101,14 +101,14 @@ module Bench
     end
 
     # Puts the process in the state +loop+ is measured in.
-    def around(loop, run)
+    def around(loop, &)
       subject = @by_label.fetch(loop.label)
       if subject.state == :on
         StaticTracing.enable! unless StaticTracing.enabled?
       elsif StaticTracing.enabled?
         StaticTracing.disable!
       end
-      subject.pointed ? @tracepoint.around(subject.pointed) { run.call } : run.call
+      subject.pointed ? @tracepoint.around(subject.pointed, &) : yield
     end
 
     # Method name (the probe's) => calls made through its attached loop.
@@ -167,11 +167,7 @@ module Bench
     def allocations(measured, samples)
       cases = measured.to_h do |subject|
         calls = [ALLOCATION_CALLS, samples.iterations[subject.label]].min
-        [subject.label, lambda {
-          result = nil
-          around(subject.loop, -> { result = subject.loop.objects_per_call(calls) })
-          result
-        }]
+        [subject.label, -> { around(subject.loop) { subject.loop.objects_per_call(calls) } }]
       end
       Bench.interleave(cases, rounds: ALLOCATION_ROUNDS)
     end
