@@ -11,16 +11,16 @@
 #   BENCH_MACRO_SECONDS=3   seconds of wrk per configuration and round
 #   BPFTRACE=path           the bpftrace to attach with
 #
-# Adding a group is one file, bench/NAME.rb, loaded by this one:
+# Adding a group is one file, bench/NAME.rb, found and loaded by this one:
 #
 #   module Bench
 #     # What it measures and why.
-#     class Name < Group                # key :name, for BENCH_ONLY and the JSON
-#       ROUNDS = 5
+#     class Name < Group                # key :name (RailsApp: :rails_app), for BENCH_ONLY and the JSON
+#       ROUNDS = 5                      # BENCH_ROUNDS overrides it; read it as #rounds
 #
-#       def run
-#         loops = [Loop.call("plain", Object.new, :itself), Loop.new("nil?", "receiver.nil?", receiver: 1)]
-#         samples = time(loops, sample_ms: 25)         # interleaved rounds, net of an empty loop
+#       def run                         # adds tables; what it returns is ignored
+#         loops = [Loop.call("plain", 1, :itself), Loop.new("nil?", "receiver.nil?", receiver: 1)]
+#         samples = time(loops, sample_ms: 25)        # interleaved rounds, ns/call net of an empty loop
 #         table(:name, "Title (median of #{rounds} rounds)", measurement: "measurement",
 #               ns_per_call: ["ns/call", :d1], ratio: ["ratio to plain", :x])
 #           .row(id: "name.nil", measurement: "nil?", **samples.timing("nil?"), ratio: samples.ratio("nil?", "plain"))
@@ -29,10 +29,18 @@
 #     end
 #   end
 #
-# Groups run in ORDER, then any other in file name order, then Targets,
-# which reads the other tables (add a target there). Column formats: :d1
-# (decimals), :r1 (min..max), :int, :auto, :x (ratio); plain words if none.
-# Processes, bpftrace and the example app: bench/support.rb.
+# Rows keep raw values, all of them in the JSON; columns pick what the table
+# shows, formatted :d1 (decimals), :r1 (a [min, max] pair), :int, :auto,
+# :x (a ratio), or as words. A row that cannot be measured says so in its
+# first column ("...: skipped: why") and in skipped: why. Anything other
+# than a loop: Bench.interleave(name => lambda, rounds:) gives each lambda's
+# results, round by round, and Bench.median / Bench.median_ratio reduce them.
+# Processes (Child, Bench.run_command), bpftrace (Bpftrace.attached) and the
+# example app (Unicorn) are in bench/support.rb; #work_file names a file in
+# tmp/bench/. Groups run in ORDER, then any other by key, then Targets,
+# which checks the figures of the other tables against the performance bar
+# (a new target is a row there). Inside module Bench a group's class hides
+# a library of the same name: in class Rails < Group, the framework is ::Rails.
 
 $LOAD_PATH.unshift(File.expand_path("../lib", __dir__))
 require "etc"
