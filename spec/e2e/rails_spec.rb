@@ -16,7 +16,7 @@ RSpec.describe "A Rails app traced through provider rails", :e2e do
 
   # bpftrace's printed map +map+ with String (or String, Integer) keys: {"key" => count}.
   def counts(output, map)
-    output.scan(/^@#{map}\[(.+)\]: (\d+)$/).to_h { |key, count| [key, Integer(count)] }
+    output.scan(/^@#{map}\[(.+)\]: (\d+)$/).to_h.transform_values { |count| Integer(count) }
   end
 
   def ours_subscribed(events)
