@@ -78,14 +78,18 @@ RSpec.describe "puma in cluster mode, traced with bpftrace", :e2e do
       puma = start_puma
       old_workers = puma.worker_pids
       enable([puma.pid, old_workers.first])
+      stubs = File.join(File.dirname(published(puma.pid).path), "pages_controller-{#{puma.pid},#{old_workers.first}}-*")
+      expect(Dir.glob(stubs).size).to eq(2)
 
       log = puma.restart("USR2")
       expect(log).to include("Restarting")
       expect(puma.worker_pids & old_workers).to eq([])
       expect_gone(old_workers)
       # The master re-executed itself: same PID, a new process image, the
-      # gem loaded afresh in mode signal, tracing off.
+      # gem loaded afresh in mode signal, tracing off; the stubs of the old
+      # image and of the old worker are gone.
       expect(published(puma.pid)).to have_attributes(mode: "signal", enabled: false)
+      expect(Dir.glob(stubs)).to eq([])
       puma.worker_pids.each do |pid|
         expect(published(pid)).to have_attributes(mode: "signal", enabled: false)
         expect(probes_listed(pid)).to eq([])
