@@ -41,13 +41,13 @@ module E2E
 
     # puma's script is run by this Ruby, whatever Ruby its #! line names,
     # since the extension in LIB is built for this one; a hot restart
-    # re-executes the same command line, in the same process.
-    def initialize(workers: 2, env: {})
+    # re-executes the same command line, in the same process. +rackup+:
+    # another app to serve with the example's puma configuration.
+    def initialize(workers: 2, env: {}, rackup: File.join(APP, "config.ru"))
       @port = E2E.free_port
       @workers = workers
       puma_env = { "PUMA_LISTEN" => "127.0.0.1:#{@port}", "PUMA_WORKERS" => workers.to_s }
-      super(RbConfig.ruby, Puma.executable, "-I", LIB, "-C", CONFIG, File.join(APP, "config.ru"),
-            env: env.merge(puma_env))
+      super(RbConfig.ruby, Puma.executable, "-I", LIB, "-C", CONFIG, rackup, env: env.merge(puma_env))
       @worker_pids = booted_workers(from: 0)
     end
 
