@@ -126,6 +126,25 @@ RSpec.describe StaticTracing::CLI::ProcessState do
       expect(process.read.enabled).to be(true)
     end
 
+    it "reads a state file the process replaced between open and check (it publishes by rename)" do
+      process = fake_process(env:)
+      path = publish(File.join(root, "dir"), state("enabled" => false))
+      replaced = false
+      allow(File).to receive(:open).and_wrap_original do |open, name, *rest, &block|
+        next open.call(name, *rest, &block) if replaced || File.basename(name) != File.basename(path)
+
+        open.call(name, *rest) do |file|
+          # The file this reader holds loses its last link, as a republish does.
+          replaced = true
+          File.write("#{path}.new", JSON.generate(state("enabled" => true)), perm: 0o600)
+          File.rename("#{path}.new", path)
+          block.call(file)
+        end
+      end
+      expect(process.read).to have_attributes(path:, enabled: true)
+      expect(replaced).to be(true)
+    end
+
     it "is nil when the process published nothing" do
       expect(fake_process(env:).read).to be_nil
     end

@@ -17,6 +17,11 @@ module StaticTracing
 
       PROC_FD = "/proc/self/fd"
       OPEN_FLAGS = File::RDONLY | File::NOFOLLOW | File::NONBLOCK
+      # The gem publishes a file by renaming a new one over it, so the one
+      # opened can lose its last link before it is checked: it is opened
+      # again by name, this many times at most.
+      OPENS = 8
+      REPLACED = Object.new.freeze
 
       module_function
 
@@ -25,13 +30,24 @@ module StaticTracing
       # says whose uid that is, for messages.
       def read(dir, name, owner:, described:, limit:)
         open_directory(dir, owner, described) do |directory|
-          open_file(directory, name, owner, described, limit) do |file|
-            check_file(file.stat, owner, described, limit)
-            bytes = file.read(limit + 1) || +""
-            raise Untrusted, "it grew past #{limit} bytes while it was read" if bytes.bytesize > limit
-
-            bytes
+          OPENS.times do
+            bytes = read_once(directory, name, owner, described, limit)
+            return bytes unless REPLACED.equal?(bytes)
           end
+          raise Untrusted, "it was replaced #{OPENS} times in a row while it was read"
+        end
+      end
+
+      def read_once(directory, name, owner, described, limit)
+        open_file(directory, name, owner, described, limit) do |file|
+          stat = file.stat
+          next REPLACED if stat.file? && stat.nlink.zero?
+
+          check_file(stat, owner, described, limit)
+          bytes = file.read(limit + 1) || +""
+          raise Untrusted, "it grew past #{limit} bytes while it was read" if bytes.bytesize > limit
+
+          bytes
         end
       end
 
