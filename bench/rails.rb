@@ -72,8 +72,9 @@ module Bench
       return table.note(Bpftrace.skipped_note) unless tracer
 
       table.note(Bpftrace.attached_note([probes.fetch(ATTACHED).tracepoint]))
-      attached = loops[:attached]
-      table.note(Bpftrace.count_note(tracer.finish, attached ? { sql_active_record: attached.calls } : {}))
+      counts = tracer.finish
+      attached = loops[:attached] or return
+      table.note(Bpftrace.count_note(counts, sql_active_record: attached.calls))
     end
   end
 end
