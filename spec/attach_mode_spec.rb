@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require "open3"
+
 # Attach mode in this process: what is loaded, watched and wrapped before
 # and after a tracer attaches. The tracer itself is the real bpftrace in
 # spec/e2e/attach_mode_spec.rb; here the Watcher's news is given by hand.
@@ -94,6 +96,21 @@ RSpec.describe "Attach mode" do
     expect([wrapped?(shop, :buy), wrapped?(shop, :sell)]).to eq([false, false])
     expect(StaticTracing.providers[:attach_shop]).to be_loaded
     expect(tracepoints).to all(satisfy { |tp| StaticTracing::Watcher.watching?(tp) })
+  end
+
+  # A server that lists threads right after boot (puma warns about them)
+  # sees whose each is.
+  { "attach" => "static_tracing watcher", "signal" => "static_tracing signal" }.each do |mode, name|
+    it "names its thread in #{mode} mode before the thread first runs" do
+      script = <<~RUBY
+        class Shop; include StaticTracing::LatencyTracer; def buy = 1; end
+        puts Thread.list.map(&:name).compact.grep(/static_tracing/).inspect
+      RUBY
+      out, status = Open3.capture2e({ "STATIC_TRACING_MODE" => mode }, RbConfig.ruby, "-I", E2E::LIB,
+                                    "-rstatic_tracing", "-e", script)
+      expect(status).to be_success, out
+      expect(out.lines.last.chomp).to eq([name].inspect)
+    end
   end
 
   describe "declaring into a loaded provider" do

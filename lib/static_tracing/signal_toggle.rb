@@ -117,8 +117,7 @@ module StaticTracing
       end
 
       def start_watcher(reader)
-        Thread.new do
-          Thread.current.name = "static_tracing signal"
+        thread = Thread.new do
           Thread.current.report_on_exception = false
           # Killed (on release) only while waiting, never halfway through a toggle.
           Thread.handle_interrupt(Object => :never) do
@@ -131,6 +130,10 @@ module StaticTracing
         rescue IOError
           nil # released: the pipe was closed
         end
+        # Named here, not in the thread: a server that lists threads right
+        # after boot (puma warns about them) must see whose it is.
+        thread.name = "static_tracing signal"
+        thread
       end
 
       # The count and the state change together: whoever reads both under

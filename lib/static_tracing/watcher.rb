@@ -119,10 +119,12 @@ module StaticTracing
         Native.configure_attach_watch(writer.fileno, period)
         @pipe = [reader, writer]
         @thread = Thread.new { run(reader) }
+        # Named here, not in the thread: a server that lists threads right
+        # after boot (puma warns about them) must see whose it is.
+        @thread.name = "static_tracing watcher"
       end
 
       def run(reader)
-        Thread.current.name = "static_tracing watcher"
         Thread.current.report_on_exception = false
         loop do
           reader.wait_readable(next_wait)
