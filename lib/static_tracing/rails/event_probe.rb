@@ -22,7 +22,6 @@ module StaticTracing
         @subscription = nil
         @lock = Mutex.new
         @starts = :"static_tracing_rails_#{event.probe}"
-        @warned = false
       end
 
       # Called by the Watcher when a tracer attaches to the probe or the last one leaves.
@@ -61,22 +60,15 @@ module StaticTracing
 
         @tracepoint.fire(duration, @event.label(payload), @event.value(payload))
       rescue StandardError => e
-        warn_once(e)
+        StaticTracing.warn_once([:rails_event, @event.name],
+                                "static_tracing: a #{@event.name} event could not be traced (said once): " \
+                                "#{e.class}: #{e.message}")
       end
 
       def inspect
         "#<#{self.class} #{@event.name} -> rails:#{@event.probe}#{" (subscribed)" if subscribed?}>"
       end
       alias to_s inspect
-
-      private
-
-      def warn_once(error)
-        return if @warned
-
-        @warned = true
-        warn("static_tracing: a #{@event.name} event could not be traced (said once): #{error.class}: #{error.message}")
-      end
     end
   end
 end
