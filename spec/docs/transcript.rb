@@ -5,14 +5,20 @@ module Docs
   # prints. Compared with what the command really prints after both are
   # normalised: colours and trailing blanks dropped, a histogram's rows
   # (whose buckets vary from run to run) counted as one, the uid in
-  # /tmp/static_tracing-UID made UID, and numbers of four digits or more
-  # (PIDs, ports, pid namespaces) renamed in order of first appearance, so
-  # that the same PID must appear in the same places. "..." in the
+  # /tmp/static_tracing-UID made UID, and the numbers that change between
+  # runs (ID_NUMBER: PIDs, ports, pid namespaces) renamed in order of first
+  # appearance, so that the same PID must appear in the same places; every
+  # other number, a count say, must be as shown. "..." in the
   # transcript stands for any text, across lines: what was trimmed.
   module Transcript
     Step = Struct.new(:command, :output)
 
     HISTOGRAM_ROW = /\A\[[^\]]*[\])]\s+\d+ \|[@ ]*\|\z/
+    # A number of four digits or more, or one where a PID or a port goes
+    # (PIDs are short on a machine that has just booted, or wrapped).
+    ID_CONTEXTS = ["PID ", "process ", "pid ", "-p ", "/proc/", "master ", "worker ", "-TRAP ", "list ", "enable ",
+                   "disable ", "toggle ", "latency ", "127.0.0.1:"].map { |text| Regexp.escape(text) }.join("|")
+    ID_NUMBER = /\d{4,}|(?<=#{ID_CONTEXTS})\d+|(?<=-)\d+(?=-\d+-\d+\.so)/
 
     def self.steps(text)
       text.lines.map(&:chomp).each_with_object([]) do |line, steps|
@@ -36,7 +42,7 @@ module Docs
 
     def self.rename_numbers(line, numbers)
       line.gsub(%r{/tmp/static_tracing-\d+}, "/tmp/static_tracing-UID")
-          .gsub(/\d{4,}/) { |number| numbers[number] ||= "<n#{numbers.size + 1}>" }
+          .gsub(ID_NUMBER) { |number| numbers[number] ||= "<n#{numbers.size + 1}>" }
     end
 
     def self.match?(expected, actual)
