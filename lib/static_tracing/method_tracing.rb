@@ -101,10 +101,7 @@ module StaticTracing
             return false
           end
           wrappers = wrappers_for(probe.owner, probe.kind) or return false
-          values = { tracepoint: wrappers.constant(probe.method_name, :tracepoint, probe.tracepoint) }
-          values[:label] = wrappers.constant(probe.method_name, :label, probe.label.freeze) if probe.kind == :stack
-          parameters = original_method(probe.owner, probe.method_name).parameters
-          MethodWrapper.define(wrappers, probe.method_name, parameters, TEMPLATES.fetch(probe.kind), values)
+          define_wrapper(wrappers, probe, original_method(probe.owner, probe.method_name))
           wrappers.send(visibility, probe.method_name)
           probe.installed = true
         end
@@ -270,6 +267,19 @@ module StaticTracing
         elsif klass.protected_method_defined?(name, false) then :protected
         elsif klass.private_method_defined?(name, false) then :private
         end
+      end
+
+      # A C method (no source) gets a wrapper written in C: see
+      # MethodWrapper.define_c for why.
+      def define_wrapper(wrappers, probe, original)
+        name = probe.method_name
+        if original.source_location.nil?
+          return MethodWrapper.define_c(wrappers, original, probe.tracepoint, probe.kind, probe.label)
+        end
+
+        values = { tracepoint: wrappers.constant(name, :tracepoint, probe.tracepoint) }
+        values[:label] = wrappers.constant(name, :label, probe.label.freeze) if probe.kind == :stack
+        MethodWrapper.define(wrappers, name, original.parameters, TEMPLATES.fetch(probe.kind), values)
       end
 
       # The method as the class defines it, behind any wrappers.

@@ -34,7 +34,8 @@ module StaticTracing
   # +return+ in the template returns from the method as in a +def+.
   #
   # A C method that sets +$~+ or +$_+ (String#sub, Regexp#match, ...) sets them
-  # in the wrapper's frame: the caller of a wrapped one does not see them.
+  # in a Ruby wrapper's frame, where its caller does not see them: C methods
+  # get wrappers written in C instead (define_c).
   module MethodWrapper
     # Above this, optional keywords go through a hash: the exact form needs one
     # +super+ call for each combination of given and omitted keywords.
@@ -87,6 +88,22 @@ module StaticTracing
           define_with_block(mod, name, signature.prefix, template, values)
         end
         name
+      end
+
+      # Defines in +mod+ the wrapper of C method +original+ (an
+      # UnboundMethod), firing +tracepoint+ as a wrapper of +kind+ (a key of
+      # MethodTracing::TEMPLATES) does, +label+ naming the method in folded
+      # stacks. It is written in C (ext/static_tracing/src/ruby_api/
+      # c_method_wrapper.rs): no Ruby frame, so a C method that sets $~ or $_
+      # (String#gsub, Regexp#match, ...) sets them in its caller's frame,
+      # where blocks given to it and the caller read them, as untraced; and
+      # it has the C method's arity and parameters. Returns the method name.
+      def define_c(mod, original, tracepoint, kind, label)
+        raise TypeError, "#{mod.inspect} is not a module" unless mod.is_a?(Module)
+
+        quiet_redefinition(mod, original.name)
+        Native.define_c_wrapper(mod, original.name, original.arity, tracepoint, kind, label.to_s)
+        original.name
       end
 
       # The anonymous module whose constant Target names the module a wrapper

@@ -11,6 +11,7 @@
 //! itself Ractor-safe.)
 
 mod arguments;
+mod c_method_wrapper;
 mod class_state;
 mod errors;
 mod frames;
@@ -77,6 +78,7 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     native.define_singleton_method("caller_self", magnus::function!(frames::caller_self, 1))?;
     root(ruby).define_singleton_method("nsec", magnus::function!(signals::nsec, 0))?;
     native.const_set("WRAPPER_FILE", frames::WRAPPER_FILE)?;
+    c_method_wrapper::init(ruby)?;
     class_state::init(ruby)?;
     provider::init(ruby)?;
     tracepoint::init(ruby)?;
