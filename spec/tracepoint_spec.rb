@@ -116,6 +116,9 @@ RSpec.describe StaticTracing::Tracepoint do
     tracepoint = described_class.new(:my_app, :labelled, Integer)
     expect(tracepoint.label).to eq("tracepoint my_app:labelled")
     expect { tracepoint.fire }.to raise_error(ArgumentError, /\A#{tracepoint.label} takes 1 argument/)
-    expect(described_class.instance_method(:label).source_location).to be_nil
+    # The class's own method, behind any module a test run prepends.
+    label = described_class.instance_method(:label)
+    label = label.super_method until label.owner == described_class
+    expect(label.source_location).to be_nil
   end
 end
