@@ -1,9 +1,13 @@
 # frozen_string_literal: true
 
 # `rspec --require ./spec/hardening/support/gc_stress.rb FILES`: in the
-# examples of FILES, every call into the extension runs with a collection,
-# and a compaction, at every allocation. STATIC_TRACING_GC_STRESS=all puts
-# whole examples under GC.stress instead (much slower).
+# examples of FILES, calls into the extension run with a collection, and a
+# compaction, at every allocation: the first PER_EXAMPLE calls of each
+# method in each example. Later calls in the same example take the same
+# paths with other values, and each stressed one costs a full collection
+# and compaction per allocation, of the whole rspec heap: an example
+# declaring 200 probes would take a minute. STATIC_TRACING_GC_STRESS=all
+# puts whole examples under GC.stress instead (much slower).
 module GCStressAroundNative
   # Methods whose frames count (folded_stack, caller_self) are left alone.
   NATIVE = {
@@ -13,15 +17,26 @@ module GCStressAroundNative
     StaticTracing::Native.singleton_class => %i[publish_state name_problem supported?]
   }.freeze
 
+  PER_EXAMPLE = 10
+
   @calls = 0
+  @example_calls = Hash.new(0)
 
   class << self
     attr_reader :calls
+
+    def new_example = @example_calls.clear
   end
 
-  def self.stressed
-    saved = [GC.stress, GC.auto_compact]
+  def self.stressed(method, &)
+    return yield if (@example_calls[method] += 1) > PER_EXAMPLE
+
     @calls += 1
+    under_stress(&)
+  end
+
+  def self.under_stress
+    saved = [GC.stress, GC.auto_compact]
     GC.auto_compact = true
     GC.stress = true
     yield
@@ -32,7 +47,8 @@ module GCStressAroundNative
   def self.wrap(target, names)
     wrappers = Module.new do
       names.each do |name|
-        define_method(name) { |*args, &block| GCStressAroundNative.stressed { super(*args, &block) } }
+        method = "#{target.inspect}##{name}"
+        define_method(name) { |*args, &block| GCStressAroundNative.stressed(method) { super(*args, &block) } }
         ruby2_keywords(name)
         send(target.private_method_defined?(name) ? :private : :public, name)
       end
@@ -54,6 +70,7 @@ else
   GCStressAroundNative::NATIVE.each { |target, names| GCStressAroundNative.wrap(target, names) }
   # Tells the runner that the wrappers were in the way.
   RSpec.configure do |config|
+    config.before { GCStressAroundNative.new_example }
     config.after(:suite) { puts "\nnative calls under GC.stress: #{GCStressAroundNative.calls}" }
   end
 end
