@@ -143,7 +143,7 @@ RSpec.describe "The documentation's code blocks" do
                   words[program] = "BEGIN { exit(); } #{words[program]}"
                   out, status = Open3.capture2e(command.env, E2E.bpftrace, *words.drop(1))
                   expect(status).to be_success, "#{where} failed:\n#{out}"
-                  expect(out).to match(/Attaching \d+ probes/), "#{where} attached nothing:\n#{out}"
+                  expect(out).to match(E2E::Bpftrace::ATTACHED), "#{where} attached nothing:\n#{out}"
                 end
               when "tplist-bpfcc"
                 require_command!("tplist-bpfcc")

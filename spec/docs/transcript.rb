@@ -3,7 +3,8 @@
 module Docs
   # A console transcript: `$ command` lines, each followed by what it
   # prints. Compared with what the command really prints after both are
-  # normalised: colours and trailing blanks dropped, a histogram's rows
+  # normalised: colours, trailing blanks and bpftrace's version-dependent
+  # chatter dropped (without_bpftrace_chatter), a histogram's rows
   # (whose buckets vary from run to run) counted as one, the uid in
   # /tmp/static_tracing-UID made UID, and the numbers that change between
   # runs (ID_NUMBER: PIDs, ports, pid namespaces) renamed in order of first
@@ -32,9 +33,31 @@ module Docs
       end
     end
 
+    # bpftrace's chatter, which differs by version and host: warnings (a
+    # warning about the program is followed by the program line and a
+    # ~~~ underline), and its attach line, "Attaching 4 probes..." in 0.17,
+    # "Attached 4 probes" in 0.27, read as the former.
+    BPFTRACE_WARNING = /\A(?:WARNING: |stdin:[\d:-]+: WARNING: )/
+    PROGRAM_UNDERLINE = /\A\s*~+\z/
+    BPFTRACE_ATTACHED = /\AAttach(?:ing|ed) (\d+) probes?(?:\.\.\.)?\z/
+
+    def self.without_bpftrace_chatter(lines)
+      kept = lines.each_index.reject { |index| bpftrace_chatter?(lines, index) }.map { |index| lines[index] }
+      kept.map { |line| line.sub(BPFTRACE_ATTACHED) { "Attaching #{Regexp.last_match(1)} probes..." } }
+    end
+
+    def self.bpftrace_chatter?(lines, index)
+      line = lines[index]
+      return true if line.match?(BPFTRACE_WARNING) || line.match?(PROGRAM_UNDERLINE)
+
+      # The program line between a warning and its underline.
+      index.positive? && lines[index - 1].start_with?("stdin:") && lines[index + 1]&.match?(PROGRAM_UNDERLINE)
+    end
+
     def self.normalize(text)
       numbers = {}
-      rows = text.gsub(/\e\[[\d;]*m/, "").lines.map(&:rstrip).map do |line|
+      lines = without_bpftrace_chatter(text.gsub(/\e\[[\d;]*m/, "").lines.map(&:rstrip))
+      rows = lines.map do |line|
         line.match?(HISTOGRAM_ROW) ? "[histogram]" : rename_numbers(line, numbers)
       end
       rows.chunk_while { |a, b| a == "[histogram]" && b == a }.map(&:first).join("\n").strip

@@ -162,6 +162,9 @@ module E2E
   # marker, which it only reaches once every probe is attached.
   class Bpftrace < Child
     READY = "STATIC_TRACING_E2E_READY"
+    # What bpftrace prints as it attaches its probes: "Attaching 4
+    # probes..." (0.17, before attaching), "Attached 4 probes" (0.27, after).
+    ATTACHED = /^Attach(?:ing|ed) (\d+) probes?\b/
     # The longest string str() reads, NUL included: bpftrace 0.17 takes it
     # from BPFTRACE_STRLEN, later versions (0.21 on) from BPFTRACE_MAX_STRLEN.
     STRLEN = 200
