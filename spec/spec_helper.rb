@@ -20,6 +20,13 @@ RSpec.configure do |config|
   config.include E2E::Helpers, :subprocess
   config.after(:each, :subprocess) { stop_started_processes }
 
+  # Examples of static_tracing/rails in this process: Rails loaded first.
+  config.include E2E::Helpers, :rails
+  config.before(:each, :rails) do
+    problem = E2E::RailsApp.load_problem
+    cannot_run!(problem, component: :rails) if problem
+  end
+
   # Providers registered by an example do not leak into the next one, nor
   # do the methods it traced into them (its classes may not be collected yet).
   config.after do

@@ -1,11 +1,9 @@
 # frozen_string_literal: true
 
-require "static_tracing/rails"
-
 # What each probe of provider `rails` fires for an ActiveSupport::Notifications
 # event: arg0 = duration in ns, arg1 = the short label, arg2 = the status or
 # count. The tracer is stood in for by the tracepoint's enabled? and fire.
-RSpec.describe StaticTracing::Rails::EventProbe do
+RSpec.describe "StaticTracing::Rails::EventProbe", :rails do
   after { StaticTracing::Rails.uninstall }
 
   def probe_of(event)

@@ -1,19 +1,17 @@
 # frozen_string_literal: true
 
-require "static_tracing/rails"
-
 # Which events static_tracing subscribes to, and when: only while a tracer
 # is attached to the event's probe, in every mode; the mode decides when the
 # `rails` provider is loaded. The Watcher's news is given by hand here; the
 # real bpftrace attaches in spec/e2e/rails_spec.rb.
-RSpec.describe StaticTracing::Rails do
+RSpec.describe "StaticTracing::Rails", :rails do
   let(:config) { StaticTracing::Configuration }
 
   around do |example|
     mode = config.mode
     example.run
   ensure
-    described_class.uninstall
+    StaticTracing::Rails.uninstall
     config.mode = mode
   end
 
@@ -24,56 +22,56 @@ RSpec.describe StaticTracing::Rails do
   end
 
   it "declares one probe (Integer, String, Integer) per event into provider rails, and subscribes to none" do
-    probes = described_class.install
+    probes = StaticTracing::Rails.install
     tracepoints = StaticTracing.providers[:rails].tracepoints
-    expect(tracepoints.keys).to eq(described_class::EVENTS.values.map(&:probe))
+    expect(tracepoints.keys).to eq(StaticTracing::Rails::EVENTS.values.map(&:probe))
     expect(tracepoints.keys).to include(:sql_active_record, :process_action_action_controller,
                                         :render_template_action_view, :cache_read_active_support,
                                         :perform_active_job)
     expect(tracepoints.values.map(&:types).uniq).to eq([[Integer, String, Integer]])
     expect(probes.values.map(&:tracepoint)).to eq(tracepoints.values)
-    expect(described_class.subscribed_events).to eq([])
-    expect(described_class::EVENTS.keys.map { |event| our_listeners(event) }.uniq).to eq([0])
+    expect(StaticTracing::Rails.subscribed_events).to eq([])
+    expect(StaticTracing::Rails::EVENTS.keys.map { |event| our_listeners(event) }.uniq).to eq([0])
   end
 
   it "subscribes to an event exactly while a tracer is attached to its probe" do
-    probes = described_class.install(%w[sql.active_record process_action.action_controller])
+    probes = StaticTracing::Rails.install(%w[sql.active_record process_action.action_controller])
     expect(probes.values.map(&:tracepoint)).to all(satisfy { |tp| StaticTracing::Watcher.watching?(tp) })
 
     probes.fetch("sql.active_record").attach_changed(true)
     probes.fetch("sql.active_record").attach_changed(true)
-    expect(described_class.subscribed_events).to eq(["sql.active_record"])
+    expect(StaticTracing::Rails.subscribed_events).to eq(["sql.active_record"])
     expect([our_listeners("sql.active_record"), our_listeners("process_action.action_controller")]).to eq([1, 0])
 
     probes.fetch("sql.active_record").attach_changed(false)
-    expect(described_class.subscribed_events).to eq([])
+    expect(StaticTracing::Rails.subscribed_events).to eq([])
     expect(our_listeners("sql.active_record")).to eq(0)
   end
 
   it "installs more events on a second call, keeping the first ones' probes" do
-    first = described_class.install(["sql.active_record"]).fetch("sql.active_record")
-    probes = described_class.install(["cache_read.active_support"])
+    first = StaticTracing::Rails.install(["sql.active_record"]).fetch("sql.active_record")
+    probes = StaticTracing::Rails.install(["cache_read.active_support"])
     expect(probes.keys).to eq(%w[sql.active_record cache_read.active_support])
     expect(probes.fetch("sql.active_record")).to be(first)
   end
 
   it "unsubscribes and stops watching everything on uninstall" do
-    probe = described_class.install(["sql.active_record"]).fetch("sql.active_record")
+    probe = StaticTracing::Rails.install(["sql.active_record"]).fetch("sql.active_record")
     probe.attach_changed(true)
-    described_class.uninstall
+    StaticTracing::Rails.uninstall
     expect(our_listeners("sql.active_record")).to eq(0)
     expect(StaticTracing::Watcher.watching?(probe.tracepoint)).to be(false)
-    expect(described_class.probes).to eq({})
+    expect(StaticTracing::Rails.probes).to eq({})
   end
 
   describe "in each mode" do
     it "ATTACH and ON: the provider is loaded from boot, so a tracer can attach at once" do
       %i[attach on].each do |mode|
         config.mode = mode
-        described_class.install(["sql.active_record"])
-        expect(described_class.provider).to be_loaded, "in mode #{mode}"
-        expect(described_class.subscribed_events).to eq([])
-        described_class.uninstall
+        StaticTracing::Rails.install(["sql.active_record"])
+        expect(StaticTracing::Rails.provider).to be_loaded, "in mode #{mode}"
+        expect(StaticTracing::Rails.subscribed_events).to eq([])
+        StaticTracing::Rails.uninstall
         StaticTracing.providers[:rails].unregister
       end
     end
@@ -81,49 +79,50 @@ RSpec.describe StaticTracing::Rails do
     it "SIGNAL and OFF: the provider loads when tracing is turned on (signal, enable!), and unloads when it is off" do
       %i[signal off].each do |mode|
         config.mode = mode
-        probe = described_class.install(["sql.active_record"]).fetch("sql.active_record")
-        expect(described_class.provider).not_to be_loaded, "in mode #{mode}"
+        probe = StaticTracing::Rails.install(["sql.active_record"]).fetch("sql.active_record")
+        expect(StaticTracing::Rails.provider).not_to be_loaded, "in mode #{mode}"
         expect(StaticTracing::Watcher.watching?(probe.tracepoint)).to be(true)
         StaticTracing.enable!
-        expect(described_class.provider).to be_loaded
-        expect(described_class.subscribed_events).to eq([])
+        expect(StaticTracing::Rails.provider).to be_loaded
+        expect(StaticTracing::Rails.subscribed_events).to eq([])
         StaticTracing.disable!
-        expect(described_class.provider).not_to be_loaded
-        described_class.uninstall
+        expect(StaticTracing::Rails.provider).not_to be_loaded
+        StaticTracing::Rails.uninstall
       end
     end
   end
 
   describe "bad input" do
     it "refuses events it does not know, naming them and listing the known ones, and declares nothing" do
-      expect { described_class.install(%w[sql.active_record sql.activerecord]) }
+      expect { StaticTracing::Rails.install(%w[sql.active_record sql.activerecord]) }
         .to raise_error(ArgumentError,
                         /unknown event "sql\.activerecord"; the events are sql\.active_record, .*perform\.active_job/)
       expect(StaticTracing.providers.key?(:rails)).to be(false)
-      expect { described_class.install("sql.active_record") }
+      expect { StaticTracing::Rails.install("sql.active_record") }
         .to raise_error(ArgumentError,
                         /config\.static_tracing\.events "sql\.active_record": give an Array of event names/)
     end
   end
 end
 
-RSpec.describe StaticTracing::Rails::Settings do
+RSpec.describe "StaticTracing::Rails::Settings", :rails do
   it "defaults to every event and no action tracing" do
-    settings = described_class.new
+    settings = StaticTracing::Rails::Settings.new
     expect([settings.events, settings.trace_actions]).to eq([StaticTracing::Rails::EVENTS.keys, false])
-    expect(described_class.new(events: [:"sql.active_record"], trace_actions: true).events).to eq(["sql.active_record"])
+    settings = StaticTracing::Rails::Settings.new(events: [:"sql.active_record"], trace_actions: true)
+    expect(settings.events).to eq(["sql.active_record"])
   end
 
   it "refuses what it does not know, naming the setting, the value and what it takes" do
-    expect { described_class.new(trace_action: true) }
+    expect { StaticTracing::Rails::Settings.new(trace_action: true) }
       .to raise_error(ArgumentError,
                       /unknown setting config\.static_tracing\.trace_action: the settings are .*events and .*actions/)
-    expect { described_class.new(trace_actions: "yes") }
+    expect { StaticTracing::Rails::Settings.new(trace_actions: "yes") }
       .to raise_error(ArgumentError, /config\.static_tracing\.trace_actions "yes": give true or false/)
-    expect { described_class.new(events: [:"sql.active_record", 1]) }
+    expect { StaticTracing::Rails::Settings.new(events: [:"sql.active_record", 1]) }
       .to raise_error(ArgumentError,
                       /config\.static_tracing\.events \[:"sql\.active_record", 1\]: give an Array of event names/)
-    expect { described_class.new(events: %w[a.b c.d]) }
+    expect { StaticTracing::Rails::Settings.new(events: %w[a.b c.d]) }
       .to raise_error(ArgumentError, /unknown events "a\.b", "c\.d"; the events are sql\.active_record/)
   end
 end

@@ -2,13 +2,12 @@
 
 require "json"
 require "open3"
-require "static_tracing/rails"
 
 # The Railtie in a real Rails app (spec/support/rails_app.rb) booted in a
 # child process, so that no app is initialized in this one: what it declares,
 # when, what config.static_tracing accepts, and that the app boots and
 # serves where tracing cannot work.
-RSpec.describe "StaticTracing::Rails::Railtie", :subprocess do
+RSpec.describe "StaticTracing::Rails::Railtie", :subprocess, :rails do
   before do
     reason = E2E::RailsApp.unavailable_reason
     cannot_run!(reason, component: :rails) if reason

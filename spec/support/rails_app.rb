@@ -109,7 +109,7 @@ module E2E
               end
               [name, ours]
             end
-            render json: { pid: Process.pid, subscribed: StaticTracing::Rails.subscribed_events, listeners: listeners }
+            render json: { pid: Process.pid, rails: Rails.version, subscribed: StaticTracing::Rails.subscribed_events, listeners: listeners }
           end
         end
       RUBY
@@ -128,6 +128,19 @@ module E2E
           out, status = Open3.capture2e(RbConfig.ruby, "-e", 'require "rails"; require "active_record"; ' \
                                                              'gem "sqlite3"; require "sqlite3"')
           "Rails or sqlite3 cannot be loaded by Ruby #{RUBY_VERSION}: #{out.lines.first&.strip}" unless status.success?
+        end
+      end
+
+      # Loads static_tracing/rails (and with it Rails) into this process, for
+      # the in-process examples tagged :rails; why it cannot, or nil.
+      def load_problem
+        return @load_problem if defined?(@load_problem)
+
+        @load_problem = begin
+          require "static_tracing/rails"
+          nil
+        rescue LoadError => e
+          "static_tracing/rails cannot be loaded by Ruby #{RUBY_VERSION}: #{e.message.lines.first.strip}"
         end
       end
 
