@@ -326,14 +326,10 @@ module StaticTracing
         @unnamed_rest = parameters.include?([:rest])
       end
 
-      # "*", "**" or "&" for a parameter Ruby 3.2+ reports as anonymous, where
-      # the wrapper can forward it anonymously too (an anonymous keyword rest
-      # only without optional keywords, which are merged into it).
+      # "*", "**" or "&" for a parameter Ruby 3.2+ reports as anonymous: the
+      # wrapper forwards it anonymously too, and so reports it as the original.
       def anonymous(kind, name)
-        return unless name == ANONYMOUS[kind]
-        return if kind == :keyrest && !@optional_keywords.empty?
-
-        name.to_s
+        name.to_s if name == ANONYMOUS[kind]
       end
 
       def local(name, used, role)
