@@ -147,13 +147,10 @@ RSpec.describe StaticTracing::Provider do
 
   describe "stub directory" do
     around do |example|
-      saved = ENV.to_h.slice("STATIC_TRACING_DIR", "XDG_RUNTIME_DIR")
       Dir.mktmpdir do |tmp|
         @tmp = tmp
-        example.run
+        StubDirEnv.restoring(tmp) { example.run }
       end
-    ensure
-      %w[STATIC_TRACING_DIR XDG_RUNTIME_DIR].each { |name| ENV[name] = saved[name] }
     end
 
     # $STATIC_TRACING_DIR is open to others; $XDG_RUNTIME_DIR can be used.

@@ -131,12 +131,11 @@ end
 
 RSpec.describe "Bad input to the public API" do
   around do |example|
-    saved = ENV.fetch("STATIC_TRACING_DIR", nil)
     Dir.mktmpdir("static_tracing_bad_input") do |dir|
-      ENV["STATIC_TRACING_DIR"] = File.join(dir, "stubs")
-      example.run
-    ensure
-      ENV["STATIC_TRACING_DIR"] = saved
+      StubDirEnv.restoring(dir) do
+        ENV["STATIC_TRACING_DIR"] = File.join(dir, "stubs")
+        example.run
+      end
     end
   end
 
