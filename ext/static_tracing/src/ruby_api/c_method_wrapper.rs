@@ -85,7 +85,7 @@ fn intern(name: &str) -> ID {
 /// defines in `mod` the wrapper of C method `name`, of `arity` (-1, or 0 to
 /// 15), firing `tracepoint` as `kind` does; `label` ("Foo#bar") is the
 /// stack kind's innermost frame.
-fn define(
+pub(super) fn define(
     ruby: &Ruby,
     module: RModule,
     name: Symbol,
@@ -370,7 +370,8 @@ fn function_for(arity: i32) -> Option<unsafe extern "C" fn() -> VALUE> {
     }
 }
 
-pub fn init(ruby: &Ruby) -> Result<(), Error> {
+/// Marks the main Ractor, where the wrappers trace.
+pub fn init() {
     // SAFETY: called once, in the main Ractor, at load; the stored value is
     // an immediate (true), nothing for the GC to mark.
     unsafe {
@@ -378,7 +379,4 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
         rb_ractor_local_storage_value_set(key, rb_sys::Qtrue as VALUE);
         MAIN_RACTOR_KEY.store(key, Ordering::Relaxed);
     }
-    let native = root(ruby).define_module("Native")?;
-    native.define_singleton_method("define_c_wrapper", magnus::function!(define, 6))?;
-    Ok(())
 }

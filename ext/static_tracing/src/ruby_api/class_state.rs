@@ -8,8 +8,7 @@
 //! dies with the class, and `instance_variables` does not list it, so the
 //! traced class looks to the application as it did.
 
-use super::root;
-use magnus::{function, prelude::*, Error, RClass, RModule, Ruby, Value};
+use magnus::{prelude::*, Error, RClass, RModule, Ruby, Value};
 
 /// Not a valid Ruby instance variable name, which is what hides it.
 const HIDDEN_NAME: &str = "__static_tracing__";
@@ -35,7 +34,7 @@ impl Holder {
 }
 
 /// The state stored on `klass`, or nil.
-fn get(ruby: &Ruby, klass: Value) -> Result<Value, Error> {
+pub(super) fn get(ruby: &Ruby, klass: Value) -> Result<Value, Error> {
     match Holder::of(ruby, klass)? {
         Holder::Class(class) => class.ivar_get(HIDDEN_NAME),
         Holder::Module(module) => module.ivar_get(HIDDEN_NAME),
@@ -43,17 +42,10 @@ fn get(ruby: &Ruby, klass: Value) -> Result<Value, Error> {
 }
 
 /// Stores `state` on `klass`; a frozen class raises FrozenError.
-fn set(ruby: &Ruby, klass: Value, state: Value) -> Result<Value, Error> {
+pub(super) fn set(ruby: &Ruby, klass: Value, state: Value) -> Result<Value, Error> {
     match Holder::of(ruby, klass)? {
         Holder::Class(class) => class.ivar_set(HIDDEN_NAME, state)?,
         Holder::Module(module) => module.ivar_set(HIDDEN_NAME, state)?,
     }
     Ok(state)
-}
-
-pub fn init(ruby: &Ruby) -> Result<(), Error> {
-    let native = root(ruby).define_module("Native")?;
-    native.define_singleton_method("class_state", function!(get, 1))?;
-    native.define_singleton_method("set_class_state", function!(set, 2))?;
-    Ok(())
 }

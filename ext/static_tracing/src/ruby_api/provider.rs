@@ -413,12 +413,5 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     class.define_method("loaded?", method!(Provider::is_loaded, 0))?;
     class.define_method("_stale?", method!(Provider::is_stale, 0))?;
     class.define_method("path", method!(Provider::path, 0))?;
-    // Called by StaticTracing::Switch, which owns the tracing state.
-    root(ruby)
-        .define_module("Native")?
-        .define_singleton_method(
-            "tracing_toggled",
-            function!(internal_probes::tracing_toggle, 1),
-        )?;
     Ok(())
 }

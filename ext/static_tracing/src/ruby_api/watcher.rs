@@ -3,14 +3,13 @@
 
 use super::errors::{base_error, type_error};
 use super::receiver::receiver;
-use super::root;
 use super::tracepoint::Tracepoint;
 use crate::attach_watch;
-use magnus::{function, prelude::*, Error, RArray, Ruby, Value};
+use magnus::{Error, RArray, Ruby, Value};
 use std::time::Duration;
 
 /// Starts watching `tracepoint`; returns the id its changes come under.
-fn watch(ruby: &Ruby, tracepoint: Value) -> Result<u64, Error> {
+pub(super) fn watch(ruby: &Ruby, tracepoint: Value) -> Result<u64, Error> {
     let tracepoint = receiver::<Tracepoint>(&tracepoint).ok_or_else(|| {
         type_error(
             ruby,
@@ -26,7 +25,7 @@ fn watch(ruby: &Ruby, tracepoint: Value) -> Result<u64, Error> {
 }
 
 /// `[[id, attached], ...]`: what changed since the last call.
-fn changes(ruby: &Ruby) -> RArray {
+pub(super) fn changes(ruby: &Ruby) -> RArray {
     ruby.ary_from_iter(
         attach_watch::take_changes()
             .into_iter()
@@ -36,7 +35,7 @@ fn changes(ruby: &Ruby) -> RArray {
     )
 }
 
-fn configure(ruby: &Ruby, wake_fd: i32, period: f64) -> Result<(), Error> {
+pub(super) fn configure(ruby: &Ruby, wake_fd: i32, period: f64) -> Result<(), Error> {
     let period = Duration::try_from_secs_f64(period)
         .map_err(|err| base_error(ruby, format!("invalid watch period {period}: {err}")))?;
     attach_watch::configure(wake_fd, period)
@@ -44,17 +43,7 @@ fn configure(ruby: &Ruby, wake_fd: i32, period: f64) -> Result<(), Error> {
 }
 
 /// `[thread id or nil, scans so far]`: for measuring the poller's cost.
-fn poller(ruby: &Ruby) -> RArray {
+pub(super) fn poller(ruby: &Ruby) -> RArray {
     let (tid, scans) = attach_watch::poller();
     ruby.ary_new_from_values(&[ruby.into_value(tid), ruby.into_value(scans)])
-}
-
-pub fn init(ruby: &Ruby) -> Result<(), Error> {
-    let native = root(ruby).define_module("Native")?;
-    native.define_singleton_method("watch_attach", function!(watch, 1))?;
-    native.define_singleton_method("unwatch_attach", function!(attach_watch::unwatch, 1))?;
-    native.define_singleton_method("attach_changes", function!(changes, 0))?;
-    native.define_singleton_method("configure_attach_watch", function!(configure, 2))?;
-    native.define_singleton_method("attach_poller", function!(poller, 0))?;
-    Ok(())
 }
