@@ -1,7 +1,5 @@
 # frozen_string_literal: true
 
-require "static_tracing/rails"
-
 module Bench
   # What `require "static_tracing/rails"` costs an ActiveSupport::Notifications
   # event: nothing while no tracer is attached to the event's probe (the
@@ -20,6 +18,13 @@ module Bench
     PAYLOAD = { key: "users/42", name: "User Load", hit: true }.freeze
 
     def run
+      problem = load_problem
+      problem ? unavailable(problem) : run_installed
+    end
+
+    private
+
+    def run_installed
       StaticTracing::Configuration.mode = StaticTracing::Configuration::Modes::ATTACH
       probes = StaticTracing::Rails.install([UNATTACHED, ATTACHED])
       attached = probes.fetch(ATTACHED)
@@ -36,7 +41,19 @@ module Bench
       StaticTracing.providers[StaticTracing::Rails::PROVIDER]&.unregister
     end
 
-    private
+    # Rails is loaded by the group's run, not with the group: a Ruby without
+    # it runs the other groups.
+    def load_problem
+      require "static_tracing/rails"
+      nil
+    rescue LoadError => e
+      "static_tracing/rails cannot be loaded by Ruby #{RUBY_VERSION}: #{e.message.lines.first.strip}"
+    end
+
+    def unavailable(reason)
+      table(:rails, "ActiveSupport::Notifications.instrument with static_tracing/rails", measurement: "measurement")
+        .row(id: "rails.all", measurement: "every row: skipped: #{reason}", skipped: reason)
+    end
 
     def instrument_loop(label, event)
       Loop.new(label, "notifications.instrument(event, payload) { }",

@@ -31,6 +31,7 @@ require_relative "docs/transcript"
 #             command's --help), or `not run: why`.
 RSpec.describe "The documentation's code blocks" do
   include CLIHelpers
+  include E2E::Helpers
 
   root = Docs::ROOT
   lib = File.join(root, "lib")
@@ -42,6 +43,14 @@ RSpec.describe "The documentation's code blocks" do
   def fixture_process(name, env: {})
     path = File.join(__dir__, "docs", "fixtures", "#{name}.rb")
     ruby_process(File.read(path), env:).tap { |child| child.wait_for(/^ready\b/) }
+  end
+
+  # docs/rails.md's blocks load Rails, or attach to provider rails: they
+  # run where Rails loads, as the Rails specs do (component :rails).
+  def rails_blocks_need_rails(block)
+    return unless block.file == "docs/rails.md" && (problem = E2E::RailsApp.load_problem)
+
+    cannot_run!(problem, component: :rails)
   end
 
   def run_ruby(program, block, env:)
@@ -72,6 +81,7 @@ RSpec.describe "The documentation's code blocks" do
     next if block.marker == "continue"
 
     it "runs the ruby block at #{block.location}" do
+      rails_blocks_need_rails(block)
       continued = blocks.drop_while { |other| !other.equal?(block) }.drop(1).take_while do |other|
         other.file == block.file && other.language == "ruby" && other.marker == "continue"
       end
@@ -125,6 +135,7 @@ RSpec.describe "The documentation's code blocks" do
 
         tracing_blocks.each do |block|
           it "compiles and attaches every bpftrace command of #{block.location}" do
+            rails_blocks_need_rails(block)
             substitute = lambda do |word|
               next @probes.pid.to_s if placeholders.include?(word)
 

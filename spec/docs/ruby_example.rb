@@ -20,8 +20,17 @@ module Docs
           Regexp.new("\\A#{expected.split("...", -1).map { Regexp.escape(_1) }.join(".*")}\\z", Regexp::MULTILINE)
         end
 
+        # The docs show Hashes as Ruby 3.1 to 3.3 inspect them ({:k=>1}, {"s"=>1});
+        # from 3.4 they read {k: 1}, {"s" => 1}.
+        def self.as_inspected_here(expected)
+          return expected if { k: 1 }.inspect == "{:k=>1}"
+
+          expected.gsub(/:(\w+[?!]?)=>/) { "#{Regexp.last_match(1)}: " }.gsub(/(?<=\S)=>(?=\S)/, " => ")
+        end
+
         def self.value(line, expected, value)
           shown = value.inspect
+          expected = as_inspected_here(expected)
           raise Failure, "line #{line}: shows # => #{expected}, the value is #{shown}" unless pattern(expected).match?(shown)
         end
 
