@@ -43,6 +43,8 @@ RSpec.describe "Block probes' fidelity" do
   end
 
   describe "a block's mistake while a tracer is attached", :e2e do
+    include CLIHelpers
+
     let(:app) do
       ruby_repl(<<~RUBY)
         StaticTracing::Provider.register(:fidelity_mistakes).add_tracepoint(:wrong, Integer)
@@ -51,7 +53,7 @@ RSpec.describe "Block probes' fidelity" do
       RUBY
     end
 
-    it "never raises into the caller: counted, warned once, visible in the state file" do
+    it "never raises into the caller: counted, warned once, visible in the state file and to static-tracing list" do
       # The first unattached call checks each block; these pass it.
       app.evaluate("$bad = false")
       expect(app.evaluate('StaticTracing.tracepoint(:fidelity_mistakes, :wrong, Integer) { $bad ? "x" : 1 }')).to be_nil
@@ -70,6 +72,8 @@ RSpec.describe "Block probes' fidelity" do
       # Written at the first mistake, then at most once a second.
       state = JSON.parse(File.read(app.evaluate("StaticTracing::State.path")))
       expect(state["block_errors"]).to be_between(1, 6)
+      listed = cli("list", app.pid).stdout[/, (\d+) tracepoint block errors? \(see the process's warnings\)/, 1]
+      expect(Integer(listed)).to be_between(state["block_errors"], 6)
       tracer.finish
       expect(app.output.scan(/fidelity_mistakes.*wrong.*failed while traced.*TypeError/).size).to eq(1)
       expect(app.output.scan(/fidelity_mistakes.*raising.*failed while traced.*RuntimeError: boom/).size).to eq(1)

@@ -95,7 +95,9 @@ module StaticTracing
 
         signal = " (#{@tracing.signal_name})" if @tracing.mode == "signal"
         armed = ", #{count(@tracing.armed.size, "method")} armed" if attach_mode?
-        "; mode #{@tracing.mode}#{signal}, tracing #{@tracing.enabled ? "enabled" : "disabled"}#{armed}"
+        errors = ", #{count(@tracing.block_errors, "tracepoint block error")} (see the process's warnings)" if
+          @tracing.block_errors&.positive?
+        "; mode #{@tracing.mode}#{signal}, tracing #{@tracing.enabled ? "enabled" : "disabled"}#{armed}#{errors}"
       end
 
       def columns

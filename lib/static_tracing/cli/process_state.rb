@@ -34,14 +34,15 @@ module StaticTracing
 
       # A published state. +path+ is the file it was read from.
       # +armed+: in mode attach, the probes ("provider:probe") whose method is wrapped now.
-      Published = Struct.new(:path, :mode, :signal, :signal_number, :enabled, :armed, :version, :ruby,
-                             keyword_init: true) do
+      # +block_errors+: tracepoint blocks that failed while traced (StaticTracing.tracepoint).
+      Published = Struct.new(:path, :mode, :signal, :signal_number, :enabled, :armed, :block_errors, :version,
+                             :ruby, keyword_init: true) do
         def signal_name
           "SIG#{signal}"
         end
 
         def to_h
-          { mode:, signal:, signal_number:, enabled:, armed:, state_file: path, version: }.compact
+          { mode:, signal:, signal_number:, enabled:, armed:, block_errors:, state_file: path, version: }.compact
         end
       end
 
@@ -193,7 +194,13 @@ module StaticTracing
       def published(path, data)
         Published.new(path:, mode: data["mode"], signal: data["signal"], signal_number: data["signal_number"],
                       enabled: data["enabled"] == true, armed: armed(data),
+                      block_errors: published_count(data["block_errors"]),
                       version: data["version"], ruby: data["ruby"])
+      end
+
+      # A count the process published: a non-negative Integer, else none.
+      def published_count(value)
+        value if value.is_a?(Integer) && !value.negative?
       end
 
       # Only strings count: the list is shown, never acted on.
