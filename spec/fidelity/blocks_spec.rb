@@ -72,7 +72,7 @@ RSpec.describe "Block probes' fidelity" do
       # Written at the first mistake, then at most once a second.
       state = JSON.parse(File.read(app.evaluate("StaticTracing::State.path")))
       expect(state["block_errors"]).to be_between(1, 6)
-      listed = cli("list", app.pid).stdout[/, (\d+) tracepoint block errors? \(see the process's warnings\)/, 1]
+      listed = run_cli("list", app.pid).stdout[/, (\d+) tracepoint block errors? \(see the process's warnings\)/, 1]
       expect(Integer(listed)).to be_between(state["block_errors"], 6)
       tracer.finish
       expect(app.output.scan(/fidelity_mistakes.*wrong.*failed while traced.*TypeError/).size).to eq(1)
