@@ -4,6 +4,8 @@
 # and the blocks given to it read it, and it has its own arity and
 # parameters. (Its wrapper is written in C: MethodWrapper.define_c.)
 RSpec.describe "Traced C methods" do
+  include FidelityHelpers
+
   after { StaticTracing.disable! }
 
   # A String subclass with C methods of its own (String's, defined anew),
@@ -22,11 +24,6 @@ RSpec.describe "Traced C methods" do
     stub_const("FidelityList", klass)
     StaticTracing.latency(klass, :at)
     klass
-  end
-
-  def enable_and_check_wrapped(klass, name)
-    StaticTracing.enable!
-    expect(klass.instance_method(name).owner).to be_a(StaticTracing::MethodTracing::Wrappers)
   end
 
   it "let a block given to them read $~, and their caller after the call" do

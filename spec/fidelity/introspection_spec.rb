@@ -3,6 +3,8 @@
 # A traced method looks, from inside and from outside, as it does untraced:
 # its parameters and arity, its caller, the depth recursion reaches.
 RSpec.describe "Traced methods' introspection" do
+  include FidelityHelpers
+
   after { StaticTracing.disable! }
 
   # A class with the method +source+ defines (the first def), traced once
@@ -12,11 +14,6 @@ RSpec.describe "Traced methods' introspection" do
     stub_const("FidelityIntrospection", klass)
     StaticTracing.latency(klass, source[/def (\w+)/, 1].to_sym)
     klass
-  end
-
-  def enable_and_check_wrapped(klass, name)
-    StaticTracing.enable!
-    expect(klass.instance_method(name).owner).to be_a(StaticTracing::MethodTracing::Wrappers)
   end
 
   it "keeps the original's parameters, with their names, and its arity" do
