@@ -326,9 +326,12 @@ mod tests {
         let signal = libc::SIGUSR1;
         install_siginfo_handler(signal);
         let fds = pipe();
+        // The tests run in any order and share the chained handler's counts.
+        let calls = CHAINED_CALLS.load(Ordering::SeqCst);
+        CHAINED_SAW_CONTEXT.store(0, Ordering::SeqCst);
         arm(signal, fds.1).unwrap();
         raise(signal);
-        assert_eq!(CHAINED_CALLS.load(Ordering::SeqCst), 1);
+        assert_eq!(CHAINED_CALLS.load(Ordering::SeqCst), calls + 1);
         assert_ne!(CHAINED_SAW_CONTEXT.load(Ordering::SeqCst), 0);
         assert_eq!(take_received(), 1, "counted too");
         disarm();
@@ -339,7 +342,7 @@ mod tests {
             "the replaced handler is back"
         );
         raise(signal);
-        assert_eq!(CHAINED_CALLS.load(Ordering::SeqCst), 2);
+        assert_eq!(CHAINED_CALLS.load(Ordering::SeqCst), calls + 2);
         assert_eq!(take_received(), 0, "no longer counted");
         close(fds);
     }
