@@ -113,6 +113,27 @@ RSpec.describe "Attach mode" do
     end
   end
 
+  # Ruby frees every object at exit, a provider maybe before its
+  # tracepoints, while the watcher's thread goes on scanning their probes
+  # (every millisecond here). A crash report printed then did not even
+  # change the exit status, so the output is what is checked.
+  it "lets a process with watched probes exit as it would untraced, however its objects are freed" do
+    script = <<~'RUBY'
+      20.times do |i|
+        Object.const_set("Shop#{i}", Class.new).class_eval do
+          include StaticTracing::LatencyTracer
+          10.times { |j| define_method("m#{j}") { j } }
+        end
+      end
+      puts "declared"
+    RUBY
+    env = { "STATIC_TRACING_MODE" => "attach", "STATIC_TRACING_ATTACH_DELAY" => "0.002" }
+    10.times do
+      out, status = Open3.capture2e(env, RbConfig.ruby, "-I", E2E::LIB, "-rstatic_tracing", "-e", script)
+      expect([out, status.exitstatus]).to eq(["declared\n", 0])
+    end
+  end
+
   describe "declaring into a loaded provider" do
     def notes(path)
       `readelf -n #{path} 2>&1`.scan(/Name: (\w+)/).flatten

@@ -45,22 +45,33 @@ impl DataTypeFunctions for Provider {
 #[derive(Default)]
 struct State {
     image: Option<LoadedImage>,
+    /// The tracepoints' slots that point into `image`, so that dropping the
+    /// image can clear them first (see `Drop`).
+    published: Vec<Arc<SiteSlot>>,
     /// Probes were declared since the image was built: the next `_load`
     /// reloads it with them.
     stale: bool,
 }
 
 impl Drop for State {
-    /// A provider collected while loaded (the Ruby side never lets that
-    /// happen: unregister unloads) gives its image back.
+    /// A provider freed while loaded gives its image back. The GC never
+    /// collects a loaded provider (unregister unloads, and every Tracepoint
+    /// marks its provider), but Ruby frees every object at exit, in no
+    /// particular order: the provider may go before its tracepoints, whose
+    /// slots the attach watcher's thread still scans.
     fn drop(&mut self) {
         if let Some(image) = self.image.take() {
-            // SAFETY: every Tracepoint marks its provider, so when the
-            // provider is collected no Tracepoint is left to fire into this
-            // image, and the GC runs with the GVL held (see `ruby_api`).
-            // The attach watcher only reads slots of watched Tracepoints,
-            // which are gone too, and waits for the lock meanwhile.
-            attach_watch::while_images_change(|| unsafe { image.unload() });
+            let published = std::mem::take(&mut self.published);
+            attach_watch::while_images_change(|| {
+                for slot in &published {
+                    slot.set(None);
+                }
+                // SAFETY: no slot points into the image any more, so neither
+                // `fire` nor the attach watcher (which waits for the lock
+                // held here) can reach it; Ruby frees objects with the GVL
+                // held (see `ruby_api`), so no thread is in a stub.
+                unsafe { image.unload() }
+            });
         }
     }
 }
@@ -69,6 +80,16 @@ impl State {
     /// Loaded, with every probe declared so far.
     fn is_current(&self) -> bool {
         self.image.is_some() && !self.stale
+    }
+
+    /// Points every tracepoint at its probe in the image, or at nothing
+    /// when none is loaded, and remembers which slots point into it.
+    fn publish_sites(&mut self, probes: &Probes) {
+        probes.publish_sites(self.image.as_ref());
+        self.published = match self.image {
+            Some(_) => probes.slots.clone(),
+            None => Vec::new(),
+        };
     }
 }
 
@@ -254,7 +275,7 @@ impl Provider {
                 Err(failed) => (failed.previous.map(|previous| *previous), Err(failed.error)),
             };
             state.image = reloaded;
-            probes.publish_sites(state.image.as_ref());
+            state.publish_sites(probes);
             outcome
         });
         match &outcome {
@@ -317,7 +338,7 @@ impl Provider {
             Ok((image, skipped)) => {
                 attach_watch::while_images_change(|| {
                     state.image = Some(image);
-                    probes.publish_sites(state.image.as_ref());
+                    state.publish_sites(probes);
                 });
                 state.stale = false;
                 self.report_loaded(state, probes);
@@ -338,7 +359,7 @@ impl Provider {
         let mut state = rb_self.state_mut(ruby)?;
         if let Some(image) = state.image.take() {
             attach_watch::while_images_change(|| {
-                probes.publish_sites(None);
+                state.publish_sites(&probes);
                 // SAFETY: see the module docs of `ruby_api`; the slots no
                 // longer point into the image, and the attach watcher waits
                 // for the lock held here.
@@ -414,4 +435,29 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     class.define_method("_stale?", method!(Provider::is_stale, 0))?;
     class.define_method("path", method!(Provider::path, 0))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ruby frees every object at exit, in no particular order: a loaded
+    /// provider's state dropped before its tracepoints must leave none of
+    /// their slots pointing into the image it unmaps, since the attach
+    /// watcher's thread keeps reading them.
+    #[test]
+    fn a_loaded_state_dropped_clears_the_slots_pointing_into_its_image() {
+        let probes = Probes {
+            specs: vec![ProbeSpec::new("hit", &[]).unwrap()],
+            slots: vec![Arc::new(SiteSlot::default())],
+        };
+        let spec = image::host_spec("dropped_while_loaded", &probes.specs).unwrap();
+        let (image, _) = LoadedImage::load(&spec, &stub_dir::candidates()).unwrap();
+        let mut state = State::default();
+        state.image = Some(image);
+        state.publish_sites(&probes);
+        assert!(probes.slots[0].get().is_some());
+        drop(state);
+        assert!(probes.slots[0].get().is_none());
+    }
 }
