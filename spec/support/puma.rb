@@ -55,8 +55,13 @@ module E2E
     # generation of workers has booted. Returns what the master logged since.
     def restart(signal, timeout: 30)
       mark = output.size
+      old_workers = @worker_pids
       Process.kill(signal, pid)
-      @worker_pids = booted_workers(from: mark, timeout:)
+      begin
+        @worker_pids = booted_workers(from: mark, timeout:)
+      rescue RuntimeError => e
+        raise e, "#{e.message}\n#{threads_of(old_workers)}"
+      end
       output[mark..]
     end
 
@@ -94,6 +99,20 @@ module E2E
     end
 
     private
+
+    # What each of +pids+ is doing, thread by thread (name, state, kernel
+    # wait channel): a restart waits for the old workers to exit.
+    def threads_of(pids)
+      pids.map do |worker|
+        tasks = Dir.glob("/proc/#{worker}/task/*").map do |task|
+          stat = File.read("#{task}/stat").match(/\((?<name>.*)\) (?<state>\S)/m)
+          "#{File.basename(task)} #{stat[:name].inspect} #{stat[:state]} #{File.read("#{task}/wchan")}"
+        rescue SystemCallError
+          nil
+        end
+        "old worker #{worker}: #{tasks.compact.empty? ? "gone" : tasks.compact.join("; ")}"
+      end.join("\n")
+    end
 
     # The PIDs, by index, of the workers whose boot the master logged after
     # offset +from+ of the output.
