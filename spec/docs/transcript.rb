@@ -35,11 +35,11 @@ module Docs
 
     # bpftrace's chatter, which differs by version and host: warnings (a
     # warning about the program is followed by the program line and a
-    # ~~~ underline), and its attach line, "Attaching 4 probes..." in 0.17,
-    # "Attached 4 probes" in 0.27, read as the former.
+    # ~~~ underline), and its attach line (E2E::Bpftrace::ATTACHED, here the
+    # whole line), read as 0.17 prints it.
     BPFTRACE_WARNING = /\A(?:WARNING: |stdin:[\d:-]+: WARNING: )/
     PROGRAM_UNDERLINE = /\A\s*~+\z/
-    BPFTRACE_ATTACHED = /\AAttach(?:ing|ed) (\d+) probes?(?:\.\.\.)?\z/
+    BPFTRACE_ATTACHED = /#{E2E::Bpftrace::ATTACHED}(?:\.\.\.)?\z/
 
     def self.without_bpftrace_chatter(lines)
       kept = lines.each_index.reject { |index| bpftrace_chatter?(lines, index) }.map { |index| lines[index] }
