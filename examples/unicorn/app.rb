@@ -3,13 +3,14 @@
 require "static_tracing"
 
 # A controller whose actions are traced: usdt:*:my_controller:<action>,
-# arg0 = latency in nanoseconds. In the default SIGNAL mode nothing is
-# wrapped or loaded until the worker receives SIGTRAP.
+# arg0 = latency in nanoseconds. Answers name the worker that served them.
+# In the default SIGNAL mode nothing is wrapped or loaded until the worker
+# receives SIGTRAP.
 class MyController
   include StaticTracing::LatencyTracer
 
   def index
-    "hello from #{Process.pid}\n"
+    "served by #{Process.pid}\n"
   end
 
   def show(id)
@@ -19,7 +20,7 @@ class MyController
   # About 5 ms, to see in a latency histogram.
   def slow
     sleep 0.005
-    "slow\n"
+    "slow, served by #{Process.pid}\n"
   end
 
   def tracing

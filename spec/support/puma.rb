@@ -1,8 +1,8 @@
 # frozen_string_literal: true
 
-require "net/http"
 require "open3"
 require "rbconfig"
+require_relative "web_server"
 
 module E2E
   # The example app (examples/puma) under a real puma master in cluster
@@ -10,6 +10,8 @@ module E2E
   # free loopback port. Workers are found by the lines the master logs as
   # each one boots; a restart waits for the next generation's lines.
   class Puma < Child
+    include WebServer
+
     APP = File.join(ROOT, "examples", "puma")
     CONFIG = File.join(APP, "puma.rb")
 
@@ -33,8 +35,6 @@ module E2E
           end
       end
     end
-
-    attr_reader :port
 
     # PIDs of the workers now serving, by worker index.
     attr_reader :worker_pids
@@ -63,35 +63,6 @@ module E2E
         raise e, "#{e.message}\n#{threads_of(old_workers)}"
       end
       output[mark..]
-    end
-
-    # GETs +path+ +requests+ times from +clients+ threads at once, each
-    # request on a connection of its own, so that whichever worker has a
-    # free thread accepts it. Returns the PID of the worker that served
-    # each request, as its answer says ("served by PID").
-    def serve(path, requests:, clients: 8)
-      paths = Queue.new
-      requests.times { paths << path }
-      paths.close
-      clients.times.map do
-        Thread.new do
-          served = []
-          while (next_path = paths.pop)
-            served << Integer(get(next_path)[/served by (\d+)/, 1])
-          end
-          served
-        end
-      end.flat_map(&:value)
-    end
-
-    # The body of GET +path+; raises unless the answer is a 200.
-    def get(path)
-      Net::HTTP.start("127.0.0.1", @port, open_timeout: 5, read_timeout: 10) do |http|
-        response = http.get(path)
-        raise "GET #{path}: #{response.code} #{response.body}" unless response.code == "200"
-
-        response.body
-      end
     end
 
     def name

@@ -1,14 +1,13 @@
 # frozen_string_literal: true
 
-require "net/http"
 require "open3"
 require "rbconfig"
 require "socket"
+require_relative "web_server"
 
 module E2E
   # What the specs and the benchmark both know of the example app
-  # (examples/unicorn) under unicorn: how it starts, and how to ask it.
-  # Includers set @port.
+  # (examples/unicorn) under unicorn: how it starts.
   module UnicornApp
     APP = File.join(ROOT, "examples", "unicorn")
 
@@ -39,24 +38,13 @@ module E2E
           "unicorn cannot be loaded by Ruby #{RUBY_VERSION}: #{out.lines.first&.strip}" unless status.success?
         end
     end
-
-    attr_reader :port
-
-    # The body of GET +path+; raises unless the answer is a 200.
-    def get(path)
-      Net::HTTP.start("127.0.0.1", @port, open_timeout: 5, read_timeout: 10) do |http|
-        response = http.get(path)
-        raise "GET #{path}: #{response.code} #{response.body}" unless response.code == "200"
-
-        response.body
-      end
-    end
   end
 
   # The example app under a real unicorn master, with preload_app and as
   # many workers as asked for, on a free loopback port.
   class Unicorn < Child
     include UnicornApp
+    include WebServer
 
     def initialize(workers: 1, env: {})
       @port = E2E.free_port
