@@ -14,7 +14,7 @@ RSpec.describe "StaticTracing::Rails::Railtie", :subprocess, :rails do
     @root = E2E::RailsApp.write(Dir.mktmpdir("static_tracing-railtie"))
   end
 
-  after { FileUtils.rm_rf(@root) }
+  after { FileUtils.rm_rf(@root) if @root }
 
   # What +code+ can call to make a request: app_get("/users") => [status, body].
   let(:app_get) do
