@@ -34,6 +34,7 @@ use rb_sys::{
 };
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::OnceLock;
 
 /// Not a valid Ruby instance variable name, which hides it from the
 /// application (`instance_variables` does not list it).
@@ -79,6 +80,30 @@ impl Kind {
 fn intern(name: &str) -> ID {
     // SAFETY: a valid pointer and length; rb_intern2 copies the bytes.
     unsafe { rb_sys::rb_intern2(name.as_ptr().cast(), name.len() as _) }
+}
+
+/// The names a wrapper calls and reads, interned once: a wrapper runs on
+/// every call of a traced C method, and interning is a symbol-table lookup.
+/// An ID interned from a C string is never freed, so keeping it is sound.
+struct Names {
+    latency_start: ID,
+    fire_latency: ID,
+    enabled: ID,
+    fire: ID,
+    table: ID,
+}
+
+static NAMES: OnceLock<Names> = OnceLock::new();
+
+/// Interned at init, in the main Ractor; a wrapper reads them only there.
+fn names() -> &'static Names {
+    NAMES.get_or_init(|| Names {
+        latency_start: intern("latency_start"),
+        fire_latency: intern("fire_latency"),
+        enabled: intern("enabled?"),
+        fire: intern("fire"),
+        table: intern(TABLE_IVAR),
+    })
 }
 
 /// `Native.define_c_wrapper(mod, name, arity, tracepoint, kind, label)`:
@@ -161,7 +186,7 @@ unsafe extern "C" fn fire_latency(data: VALUE) -> VALUE {
     // live for the whole rb_ensure.
     unsafe {
         let end = &*(data as *const LatencyEnd);
-        rb_funcallv(end.tracepoint, intern("fire_latency"), 1, &end.started)
+        rb_funcallv(end.tracepoint, names().fire_latency, 1, &end.started)
     }
 }
 
@@ -175,10 +200,10 @@ unsafe extern "C" fn call_check(data: VALUE) -> VALUE {
     }
 }
 
-/// `tracepoint.method_name`, or nil when it raises (swallowed: tracing
-/// never raises into the traced call, as the Ruby templates' rescue).
-fn checked(tracepoint: VALUE, method_name: &str) -> Value {
-    let call = (tracepoint, intern(method_name));
+/// `tracepoint.method`, or nil when it raises (swallowed: tracing never
+/// raises into the traced call, as the Ruby templates' rescue).
+fn checked(tracepoint: VALUE, method: ID) -> Value {
+    let call = (tracepoint, method);
     let mut state: c_int = 0;
     // SAFETY: `call` lives until rb_protect returns; a raised exception is
     // caught there and cleared.
@@ -206,7 +231,7 @@ fn current_entry() -> Option<RArray> {
         return None;
     }
     // SAFETY: `owner` is the live module the running method belongs to.
-    let table = unsafe { Value::from_raw(rb_ivar_get(owner, intern(TABLE_IVAR))) };
+    let table = unsafe { Value::from_raw(rb_ivar_get(owner, names().table)) };
     let table = RHash::from_value(table)?;
     // SAFETY: an ID the VM just gave.
     let name = unsafe { Value::from_raw(rb_sys::rb_id2sym(method_id)) };
@@ -235,7 +260,7 @@ fn call_wrapped(argc: c_int, argv: *const VALUE, kw_splat: c_int) -> VALUE {
         return through(&call);
     };
     if kind == Kind::Latency.index() {
-        let started = checked(tracepoint.as_raw(), "latency_start");
+        let started = checked(tracepoint.as_raw(), names().latency_start);
         if started.is_nil() {
             return through(&call);
         }
@@ -254,7 +279,7 @@ fn call_wrapped(argc: c_int, argv: *const VALUE, kw_splat: c_int) -> VALUE {
             )
         };
     }
-    if checked(tracepoint.as_raw(), "enabled?").to_bool() {
+    if checked(tracepoint.as_raw(), names().enabled).to_bool() {
         fire_stack(tracepoint, entry);
     }
     through(&call)
@@ -275,7 +300,7 @@ fn fire_stack(tracepoint: Value, entry: RArray) {
     // SAFETY: live values; an exception from fire propagates as from the
     // Ruby template's fire, and nothing here needs dropping.
     unsafe {
-        rb_funcallv(tracepoint.as_raw(), intern("fire"), 1, &stack.as_raw());
+        rb_funcallv(tracepoint.as_raw(), names().fire, 1, &stack.as_raw());
     }
 }
 
@@ -370,8 +395,10 @@ fn function_for(arity: i32) -> Option<unsafe extern "C" fn() -> VALUE> {
     }
 }
 
-/// Marks the main Ractor, where the wrappers trace.
+/// Marks the main Ractor, where the wrappers trace, and interns the names
+/// they use.
 pub fn init() {
+    names();
     // SAFETY: called once, in the main Ractor, at load; the stored value is
     // an immediate (true), nothing for the GC to mark.
     unsafe {
