@@ -68,24 +68,21 @@ module Bench
       end
     end
 
-    # Attached calls against the C stubs' probed calls (floor table), as
-    # ratios of this run's medians: fire(Integer) from the calls table, a
-    # LatencyTracer call (no parameters) from the methods table.
+    # Attached calls against the C program's probed calls, as the floor
+    # group measures them in the same rounds (ratios of per-round ratios):
+    # fire(Integer), and a LatencyTracer call (no parameters); fire(Integer)
+    # also against the nop5 stub probed as deep as its site is.
     def attached_floor_rows
-      subjects = { "fire_int" => [:calls, "fire_int.attached", "attached fire(Integer)"],
-                   "latency" => [:methods, "m0.attached", "attached LatencyTracer call"] }
-      floors = { "nop5" => "stub.nop5_probed", "nop1" => "stub.probed" }
-      limits = { %w[fire_int nop5] => FIRE_OVER_NOP5, %w[latency nop1] => LATENCY_OVER_NOP1 }
-      subjects.flat_map do |subject, (table, id, label)|
-        floors.map do |floor, floor_id|
-          limit = limits[[subject, floor]]
-          name = "#{label} / C #{floor} probed call#{limit ? " <= #{limit}" : " (information)"}"
-          target("attached_floor.#{subject}.#{floor}", name) do
-            measured = value(table, id, :ns_per_call)
-            floor_ns = value(:floor, floor_id, :ns_per_call)
-            [measured / floor_ns, limit, "x C #{floor} probed call",
-             { ns_per_call: measured, floor_ns_per_call: floor_ns }]
-          end
+      names = { fire_int: "attached fire(Integer)", latency: "attached LatencyTracer call" }
+      floors = { nop5: "nop5", nop1: "nop1", nop5_deep: "nop5 (three calls down)" }
+      limits = { %i[fire_int nop5] => FIRE_OVER_NOP5, %i[latency nop1] => LATENCY_OVER_NOP1 }
+      Floor::RATIOS.map do |(subject, floor)|
+        limit = limits[[subject, floor]]
+        name = "#{names[subject]} / C #{floors[floor]} probed call#{limit ? " <= #{limit}" : " (information)"}"
+        target("attached_floor.#{subject}.#{floor}", name) do
+          row = "ratio.#{subject}.#{floor}"
+          [value(:attached_floor, row, :ratio), limit, "x C #{floors[floor]} probed call",
+           { round_ratios: value(:attached_floor, row, :samples) }]
         end
       end
     end
