@@ -10,6 +10,7 @@
 #   BENCH_CLOCK=wall        time calls and loads by the monotonic clock, not thread CPU time
 #   BENCH_MACRO_SECONDS=3   seconds of wrk per configuration and round
 #   BPFTRACE=path           the bpftrace to attach with
+#   BENCH_CPU=1             the CPU groups run on (the last by default; any: not pinned)
 #
 # Adding a group is one file, bench/NAME.rb, found and loaded by this one:
 #
@@ -260,6 +261,9 @@ module Bench
   # A group of measurements: a subclass per file, whose #run adds tables.
   class Group
     ROUNDS = 1
+    # Whether the group runs on one CPU (Bench.on_one_cpu); a group timing
+    # several processes that serve each other (wrk and a server) must not.
+    ONE_CPU = true
     @all = []
 
     class << self
@@ -349,7 +353,38 @@ module Bench
   def run_group(group, report)
     warn "bench: #{group.key}..."
     rounds = ENV["BENCH_ROUNDS"]&.then { Integer(_1) }
-    warn format("bench: #{group.key} took %.1f s", time_ns { group.new(report, rounds:).run } / 1e9)
+    run = -> { time_ns { group.new(report, rounds:).run } }
+    warn format("bench: #{group.key} took %.1f s", (group::ONE_CPU ? on_one_cpu(&run) : run.call) / 1e9)
+  end
+
+  # Runs the block with this process's threads, and the processes it
+  # starts, on one CPU (BENCH_CPU, by default the last this process may
+  # use; "any": left to the scheduler). On the reference host a thread
+  # moved between CPUs measured a uprobe hit about 150 ns slower for whole
+  # samples at a time, at random moments: a table measured minutes after
+  # another disagreed with it by more than the targets' margins.
+  def on_one_cpu
+    cpu = pinned_cpu or return yield
+
+    affinity(cpu)
+    begin
+      yield
+    ensure
+      affinity(ALLOWED_CPUS)
+    end
+  end
+
+  # The CPUs this process may use, as it started ("0-1").
+  ALLOWED_CPUS = File.read("/proc/self/status")[/^Cpus_allowed_list:\s*(\S+)/, 1]
+
+  def pinned_cpu
+    cpu = ENV.fetch("BENCH_CPU") { ALLOWED_CPUS&.scan(/\d+/)&.last }
+    cpu unless cpu.nil? || cpu == "any" || !which("taskset")
+  end
+
+  def affinity(cpus)
+    out, status = Open3.capture2e("taskset", "--all-tasks", "--cpu-list", "--pid", cpus, Process.pid.to_s)
+    abort "bench: taskset could not set CPU affinity #{cpus}: #{out.strip}" unless status.success?
   end
 
   # Every group of bench/, in ORDER and then by name.
@@ -374,6 +409,7 @@ module Bench
     { ruby: RUBY_DESCRIPTION, cpu: cpu || "unknown", cpus: Etc.nprocessors,
       kernel: "#{uname[:sysname]} #{uname[:release]} #{uname[:machine]}", load_average:,
       static_tracing: "#{StaticTracing::VERSION} (#{commit})", usdt_supported: StaticTracing.supported?,
+      cpu_affinity: pinned_cpu ? "groups other than macro on CPU #{pinned_cpu} (BENCH_CPU)" : "not pinned",
       call_clock: "calls and loads timed in #{CLOCK_WORDS.fetch(CLOCK)} (BENCH_CLOCK=wall|cpu); macro: wall time" }
   end
 

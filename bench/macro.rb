@@ -9,6 +9,8 @@ module Bench
   # the others moments apart; two servers run throughout, only one is
   # under load at a time.
   class Macro < Group
+    # wrk and the server it loads run on CPUs of their own.
+    ONE_CPU = false
     ROUNDS = 4
     SECONDS = Integer(ENV.fetch("BENCH_MACRO_SECONDS", 3))
     WARMUP_SECONDS = 1
