@@ -117,8 +117,7 @@ RSpec.describe "Attach mode with bpftrace", :e2e do
     eventually("the traced worker is armed") { armed(traced) == ["my_controller:slow"] }
     expect(armed(other)).to eq([])
 
-    served = unicorn.serve("/slow", requests: 40)
-    served += unicorn.serve("/slow", requests: 40) while served.count(traced) < 10 && served.size < 800
+    served = unicorn.serve_until("/slow") { |pids| pids.count(traced) >= 10 }
     expect(served.count(traced)).to be >= 10
     expect(served - [traced, other]).to eq([])
     expect(counts(tracer.finish)["slow"]).to eq(served.count(traced))

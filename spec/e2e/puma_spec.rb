@@ -35,8 +35,7 @@ RSpec.describe "puma in cluster mode, traced with bpftrace", :e2e do
   # worker accepts is puma's and the scheduler's choice), and expects each
   # worker's bpftrace to have counted exactly those it served.
   def expect_exact_counts_per_worker(puma, tracers)
-    served = puma.serve("/slow", requests: 40)
-    served += puma.serve("/slow", requests: 40) while served.uniq.size < tracers.size && served.size < 800
+    served = puma.serve_until("/slow") { |pids| pids.uniq.size == tracers.size }
     expect(served.tally.keys).to match_array(tracers.keys)
     counted = tracers.transform_values { |tracer| Integer(tracer.finish[/^@slow: (\d+)$/, 1]) }
     expect(counted).to eq(served.tally)

@@ -232,9 +232,7 @@ RSpec.describe "Providers across fork", :e2e do
       [worker, attach_bpftrace(worker, "usdt:*:my_controller:slow { @hits[pid] = count(); }")]
     end
 
-    served = unicorn.serve("/slow", requests: 40)
-    served += unicorn.serve("/slow", requests: 40) while served.uniq.size < workers.size && served.size < 800
-    served = served.tally
+    served = unicorn.serve_until("/slow") { |pids| pids.uniq.size == workers.size }.tally
     expect(served.keys).to match_array(workers)
 
     workers.each do |worker|

@@ -19,6 +19,15 @@ module E2E
       end
     end
 
+    # Serves +path+ in rounds of +batch+ concurrent requests (#serve) until
+    # the block, given the PIDs so far, is satisfied, or +most+ requests
+    # were sent. Returns the PIDs of the workers that served each request.
+    def serve_until(path, batch: 40, most: 800)
+      served = serve(path, requests: batch)
+      served += serve(path, requests: batch) until yield(served) || served.size >= most
+      served
+    end
+
     # GETs +path+ +requests+ times from +clients+ threads at once, each
     # request on a connection of its own, so that whichever worker is free
     # accepts it (one client alone may be served by one worker every time:
