@@ -24,14 +24,15 @@ module Bench
     PROBED_DEEP = "bench_probed_nop5_deep_stub"
     # What each round's line gives, in order, ns/call.
     COLUMNS = %i[plain nop1 nop5 nop5_deep].freeze
-    # The probed columns: the call timed, its rows' ids (no bpftrace,
-    # bpftrace attached, the hit: their difference) and what the hit is.
+    # The probed columns: the stub bpftrace probes, the call timed, its
+    # rows' ids (no bpftrace, bpftrace attached, the hit: their difference)
+    # and what the hit is.
     STUBS = {
-      nop1: { call: "C nop1 stub call", ids: %w[stub.unprobed stub.probed stub.uprobe],
+      nop1: { stub: PROBED, call: "C nop1 stub call", ids: %w[stub.unprobed stub.probed stub.uprobe],
               hit: "nop1 uprobe hit, the kernel's floor" },
-      nop5: { call: "C nop5 stub call", ids: %w[stub.nop5_unprobed stub.nop5_probed stub.uprobe_nop5],
-              hit: "nop5 uprobe hit" },
-      nop5_deep: { call: "C nop5 stub called three calls down",
+      nop5: { stub: PROBED_NOP5, call: "C nop5 stub call",
+              ids: %w[stub.nop5_unprobed stub.nop5_probed stub.uprobe_nop5], hit: "nop5 uprobe hit" },
+      nop5_deep: { stub: PROBED_DEEP, call: "C nop5 stub called three calls down",
                    ids: %w[stub.nop5_deep_unprobed stub.nop5_deep_probed stub.uprobe_nop5_deep],
                    hit: "nop5 uprobe hit three calls down" }
     }.freeze
@@ -144,15 +145,14 @@ module Bench
     # COLUMNS name them), and the attached calls; [nil, nil, nil] where
     # bpftrace cannot run.
     def probed_run(binary)
-      stubs = { nop1: PROBED, nop5: PROBED_NOP5, nop5_deep: PROBED_DEEP }
-      program = stubs.map { |key, stub| "uprobe:#{binary}:#{stub} { @#{key} = count(); }" }.join(" ")
+      program = STUBS.map { |key, stub| "uprobe:#{binary}:#{stub[:stub]} { @#{key} = count(); }" }.join(" ")
       Bpftrace.attached(program, log: work_file("floor-bpftrace.log")) do |tracer|
         next [nil, nil, nil] unless tracer
 
         AttachedCalls.measure(ATTACHED, TRACED, log: work_file("floor-attached-bpftrace.log")) do |attached|
           results = Bench.interleave({ c: -> { run_binary(binary, "floor-probed.log", rounds: 1).first },
                                        ruby: -> { attached.sample(PROBED_CALLS) } }, rounds:)
-          [results[:c], tracer.finish&.values_at(*stubs.keys.map(&:to_s)), attached.finish(results[:ruby])]
+          [results[:c], tracer.finish&.values_at(*STUBS.keys.map(&:to_s)), attached.finish(results[:ruby])]
         end
       end
     end
@@ -211,8 +211,9 @@ module Bench
       RATIOS.each do |(name, column)|
         ratios = samples.fetch(name).zip(probed).map { |ns, round| ns / round.fetch(column) }
         measurement = "#{AttachedCalls::LOOPS[name]} / #{STUBS.dig(column, :call)}, bpftrace attached"
-        table.row({ id: "ratio.#{name}.#{column}", measurement:, value: Bench.median(ratios),
-                    ratio: Bench.median(ratios), spread: ratios.minmax, samples: ratios.map { _1.round(4) } })
+        ratio = Bench.median(ratios)
+        table.row({ id: "ratio.#{name}.#{column}", measurement:, value: ratio, ratio:, spread: ratios.minmax,
+                    samples: ratios.map { _1.round(4) } })
       end
       table.note("each round runs the C program (one warm-up round, one timed) and then times these calls in " \
                  "this process, #{PROBED_CALLS} each, net of an empty loop; ratios are medians of per-round ratios")
