@@ -1,6 +1,8 @@
 # frozen_string_literal: true
 
+require "fileutils"
 require "open3"
+require "tmpdir"
 require "rbconfig"
 require_relative "web_server"
 
@@ -13,6 +15,7 @@ module E2E
     include WebServer
 
     APP = File.join(ROOT, "examples", "puma")
+    THREAD_DUMP = File.expand_path("preload/thread_dump.rb", __dir__)
     CONFIG = File.join(APP, "puma.rb")
 
     class << self
@@ -46,7 +49,11 @@ module E2E
     def initialize(workers: 2, env: {}, rackup: File.join(APP, "config.ru"))
       @port = E2E.free_port
       @workers = workers
-      puma_env = { "PUMA_LISTEN" => "127.0.0.1:#{@port}", "PUMA_WORKERS" => workers.to_s }
+      @dumps = Dir.mktmpdir("static_tracing-puma-dumps")
+      puma_env = {
+        "PUMA_LISTEN" => "127.0.0.1:#{@port}", "PUMA_WORKERS" => workers.to_s,
+        "STATIC_TRACING_SPEC_DUMPS" => @dumps, "RUBYOPT" => "-r#{THREAD_DUMP} #{ENV.fetch("RUBYOPT", "")}".strip
+      }
       super(RbConfig.ruby, Puma.executable, "-I", LIB, "-C", CONFIG, rackup, env: env.merge(puma_env))
       @worker_pids = booted_workers(from: 0)
     end
@@ -69,20 +76,56 @@ module E2E
       "puma master #{pid}"
     end
 
+    def kill
+      super
+      FileUtils.rm_rf(@dumps)
+    end
+
     private
 
-    # What each of +pids+ is doing, thread by thread (name, state, kernel
-    # wait channel): a restart waits for the old workers to exit.
+    # What each of +pids+ is doing: thread by thread, its name, state and
+    # kernel wait channel, and for a futex wait the mapping the futex lies
+    # in (a lock in a library's data, or on the heap); then the Ruby
+    # backtraces the process writes on SIGPWR (spec/support/preload), or
+    # that it wrote none. A restart waits for the old workers to exit.
     def threads_of(pids)
       pids.map do |worker|
-        tasks = Dir.glob("/proc/#{worker}/task/*").map do |task|
-          stat = File.read("#{task}/stat").match(/\((?<name>.*)\) (?<state>\S)/m)
-          "#{File.basename(task)} #{stat[:name].inspect} #{stat[:state]} #{File.read("#{task}/wchan")}"
-        rescue SystemCallError
-          nil
-        end
-        "old worker #{worker}: #{tasks.compact.empty? ? "gone" : tasks.compact.join("; ")}"
+        next "old worker #{worker}: gone" unless File.exist?("/proc/#{worker}")
+
+        tasks = Dir.glob("/proc/#{worker}/task/*").filter_map { |task| describe_task(worker, task) }
+        "old worker #{worker}:\n  #{tasks.join("\n  ")}\n  #{ruby_threads_of(worker)}"
       end.join("\n")
+    end
+
+    def describe_task(pid, task)
+      stat = File.read("#{task}/stat").match(/\((?<name>.*)\) (?<state>\S)/m)
+      syscall = File.read("#{task}/syscall").split
+      futex = syscall.first == "202" ? " on #{mapping_of(pid, Integer(syscall[1]))}" : ""
+      "#{File.basename(task)} #{stat[:name].inspect} #{stat[:state]} #{File.read("#{task}/wchan")}#{futex}"
+    rescue SystemCallError
+      nil
+    end
+
+    # The mapping of +pid+ that holds +address+, as /proc/PID/maps says it.
+    def mapping_of(pid, address)
+      line = File.foreach("/proc/#{pid}/maps").find do |mapping|
+        first, last = mapping.split.first.split("-").map { |bound| Integer(bound, 16) }
+        (first...last).cover?(address)
+      end
+      mapping = line ? line.split(" ", 6).values_at(1, 5).join(" ").strip : "no mapping"
+      format("futex 0x%<address>x in %<mapping>s", address:, mapping:)
+    end
+
+    def ruby_threads_of(pid)
+      dump = File.join(@dumps, "#{pid}.threads")
+      Process.kill("PWR", pid)
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 5
+      sleep 0.05 until File.exist?(dump) || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      return "Ruby threads (on SIGPWR):\n  #{File.read(dump)}" if File.exist?(dump)
+
+      "no Ruby backtraces 5 s after SIGPWR: the main thread cannot take the GVL"
+    rescue Errno::ESRCH
+      "gone before SIGPWR"
     end
 
     # The PIDs, by index, of the workers whose boot the master logged after
