@@ -119,8 +119,8 @@ module E2E
     def ruby_threads_of(pid)
       dump = File.join(@dumps, "#{pid}.threads")
       Process.kill("PWR", pid)
-      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 5
-      sleep 0.05 until File.exist?(dump) || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      deadline = monotonic + 5
+      sleep 0.05 until File.exist?(dump) || monotonic > deadline
       return "Ruby threads (on SIGPWR):\n  #{File.read(dump)}" if File.exist?(dump)
 
       "no Ruby backtraces 5 s after SIGPWR: the main thread cannot take the GVL"
