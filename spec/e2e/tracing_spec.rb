@@ -117,6 +117,20 @@ RSpec.describe "Tracing runtime probes with bpftrace", :e2e do
     end
   end
 
+  # A debugger reads the loader's list of objects from outside the process
+  # and opens each name itself: a stub listed by the descriptor it was
+  # opened through (/proc/self/fd/N) made gdb read its own descriptor N and
+  # hang, the process stopped under it.
+  it "can be debugged: gdb attaches, lists the stub by its file and leaves the process running" do
+    require_command!("gdb")
+    output, status = Open3.capture2e("timeout", "--signal=KILL", "60", "gdb", "--nx", "--batch",
+                                     "-p", app.pid.to_s, "-ex", "info sharedlibrary")
+    expect(status).to be_success, "gdb did not finish (#{status.inspect}):\n#{output}"
+    expect(output.lines.grep(/static_tracing|e2e_app/).join).to include(stub_path)
+    expect(output).not_to include("/proc/self/")
+    expect(app.evaluate("hello.fire(1, 'after gdb', 0.0)")).to be(false)
+  end
+
   it "makes a tracepoint added after load attachable, and keeps an attached tracer counting across the reload" do
     counter = attach_bpftrace(app.pid, "usdt:*:e2e_app:hello { @hello = count(); }")
     expect(app.evaluate("3.times.map { hello.fire(1, 'before', 0.0) }")).to eq([true] * 3)

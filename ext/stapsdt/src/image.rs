@@ -29,7 +29,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -286,12 +286,12 @@ impl LoadedImage {
         // SAFETY: the caller's guarantee. The object must be unmapped before
         // it is opened again, or the loader would hand back the old mapping.
         unsafe { library.close() };
-        let path = load_path(&backing, &file);
+        let shown_as = shown_name(&load_path(&backing, &file));
         let reopened = file
             .write_all_at(&image.bytes, 0)
             .map_err(|err| format!("cannot rewrite it ({err})"))
             .and_then(|()| {
-                Library::open_located(&path).map_err(|err| format!("cannot load it again ({err})"))
+                open_library(&backing, &file).map_err(|err| format!("cannot load it again ({err})"))
             });
         match reopened {
             Ok((library, base)) => Ok(Reloaded::InPlace(LoadedImage {
@@ -318,7 +318,7 @@ impl LoadedImage {
                         tried.insert(
                             0,
                             Skipped {
-                                location: path.display().to_string(),
+                                location: shown_as.display().to_string(),
                                 reason,
                             },
                         );
@@ -361,6 +361,19 @@ fn build_for_host(spec: &ImageSpec<'_>) -> Result<elf::Image, LoadError> {
         return Err(LoadError::Unsupported);
     }
     Ok(elf::build(spec)?)
+}
+
+/// Loads `file` by [`load_path`]. The loader's list of objects, which
+/// debuggers read, names it by where its descriptor leads, as the process's
+/// mappings do: the stub's path, or the memfd's name.
+fn open_library(backing: &Backing, file: &File) -> Result<(Library, usize), String> {
+    let path = load_path(backing, file);
+    Library::open_located(&path, &shown_name(&path))
+}
+
+/// Where a [`load_path`] leads: the file's own name.
+fn shown_name(load_path: &Path) -> PathBuf {
+    std::fs::read_link(load_path).unwrap_or_else(|_| load_path.to_owned())
 }
 
 /// The name to `dlopen` an image file by: its descriptor, so that what gets
@@ -477,7 +490,7 @@ fn place_in_dir(
         dir: dir.clone(),
         name,
     };
-    match Library::open_located(&load_path(&backing, &file)) {
+    match open_library(&backing, &file) {
         Ok(located) => Ok(loaded_image(located, file, backing, image)),
         Err(err) => {
             discard(&backing, &file);
@@ -494,7 +507,7 @@ fn place_in_memfd(provider: &str, image: &elf::Image) -> Result<LoadedImage, Pla
     file.write_all_at(&image.bytes, 0)
         .map_err(|err| PlaceError::Unusable(format!("cannot write to it ({err})")))?;
     let file = Arc::new(file);
-    let located = Library::open_located(&load_path(&Backing::Memfd, &file))
+    let located = open_library(&Backing::Memfd, &file)
         .map_err(|err| PlaceError::Unusable(format!("cannot load it ({err})")))?;
     Ok(loaded_image(located, file, Backing::Memfd, image))
 }

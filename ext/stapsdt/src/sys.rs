@@ -14,6 +14,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 /// A `dlopen` handle. Closing it is explicit ([`Library::close`]) because
 /// whether it is safe to unmap depends on the caller: see there.
@@ -26,11 +27,13 @@ pub struct Library {
 // their own lock, so the handle may be used and closed from any thread.
 unsafe impl Send for Library {}
 
-/// The public head of glibc's and musl's `struct link_map` (`<link.h>`).
+/// The public head of glibc's and musl's `struct link_map` (`<link.h>`):
+/// what debuggers read from outside the process.
 #[cfg(target_os = "linux")]
 #[repr(C)]
 struct LinkMapHead {
     l_addr: usize,
+    l_name: *mut libc::c_char,
 }
 
 impl Library {
@@ -48,11 +51,17 @@ impl Library {
 
     /// Loads the shared object at `path` (see [`Library::open`]) and finds
     /// its load bias: what to add to an address of the file to get the
-    /// address in this process.
-    pub fn open_located(path: &Path) -> Result<(Library, usize), String> {
+    /// address in this process. The loader's list of objects names it
+    /// `shown_as` (see [`Library::show_as`]).
+    pub fn open_located(path: &Path, shown_as: &Path) -> Result<(Library, usize), String> {
         let library = Library::open(path)?;
         match library.base() {
-            Ok(base) => Ok((library, base)),
+            Ok(base) => {
+                if path != shown_as {
+                    library.show_as(shown_as);
+                }
+                Ok((library, base))
+            }
             Err(err) => {
                 // SAFETY: just loaded, and nothing was taken from it: no code
                 // of it has run and no pointer into it exists.
@@ -63,15 +72,15 @@ impl Library {
     }
 
     #[cfg(target_os = "linux")]
-    fn base(&self) -> Result<usize, String> {
-        let mut map: *const LinkMapHead = std::ptr::null();
+    fn link_map(&self) -> Result<*mut LinkMapHead, String> {
+        let mut map: *mut LinkMapHead = std::ptr::null_mut();
         // SAFETY: RTLD_DI_LINKMAP stores a `struct link_map *` into `map`; the
         // handle is live, and the link map lives as long as the handle.
         let status = unsafe {
             libc::dlinfo(
                 self.handle.as_ptr(),
                 libc::RTLD_DI_LINKMAP,
-                (&mut map as *mut *const LinkMapHead).cast(),
+                (&mut map as *mut *mut LinkMapHead).cast(),
             )
         };
         if status != 0 || map.is_null() {
@@ -80,6 +89,12 @@ impl Library {
                 last_dl_error()
             ));
         }
+        Ok(map)
+    }
+
+    #[cfg(target_os = "linux")]
+    fn base(&self) -> Result<usize, String> {
+        let map = self.link_map()?;
         // SAFETY: `map` points at the loader's live link map (see above).
         Ok(unsafe { (*map).l_addr })
     }
@@ -89,6 +104,40 @@ impl Library {
     fn base(&self) -> Result<usize, String> {
         Err("stubs are only loaded on Linux".to_owned())
     }
+
+    /// Makes the loader's list of objects (`r_debug`, `dl_iterate_phdr`,
+    /// `dladdr`) name the object `name` instead of the path it was opened
+    /// by. Debuggers and profilers read that list from outside the process
+    /// and open each name themselves: a `/proc/self/fd/N` there is *their*
+    /// descriptor N (gdb, attaching, reads its own pipe and hangs with the
+    /// process stopped). A name that cannot be set leaves the old one.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    fn show_as(&self, name: &Path) {
+        let Ok(name) = CString::new(name.as_os_str().as_bytes()) else {
+            return;
+        };
+        let Ok(map) = self.link_map() else {
+            return;
+        };
+        // glibc frees `l_name` when the object is closed: it must come from
+        // malloc.
+        // SAFETY: `name` is a valid C string.
+        let copy = unsafe { libc::strdup(name.as_ptr()) };
+        if copy.is_null() {
+            return;
+        }
+        // SAFETY: `map` is the live link map of this handle (see
+        // `link_map`); `l_name` is an aligned `char *` of it. The store is
+        // atomic, so a thread walking the list meanwhile sees the old name
+        // or the new one, each a valid string. The loader's own string is
+        // left allocated: such a thread may still be using it.
+        unsafe { AtomicPtr::from_ptr(std::ptr::addr_of_mut!((*map).l_name)) }
+            .store(copy, Ordering::Release);
+    }
+
+    /// Elsewhere (musl: untested) the name is left as the object was opened.
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    fn show_as(&self, _name: &Path) {}
 
     /// Unmaps the object.
     ///
