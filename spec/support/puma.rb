@@ -16,6 +16,10 @@ module E2E
 
     APP = File.join(ROOT, "examples", "puma")
     THREAD_DUMP = File.expand_path("preload/thread_dump.rb", __dir__)
+    # What THREAD_DUMP traps: one puma does not (puma 6+ prints its own
+    # thread dump on SIGPWR, replacing a trap set before it), ignored by
+    # default should the trap be missing.
+    DUMP_SIGNAL = "URG"
     CONFIG = File.join(APP, "puma.rb")
 
     class << self
@@ -67,7 +71,9 @@ module E2E
       begin
         @worker_pids = booted_workers(from: mark, timeout:)
       rescue RuntimeError => e
-        raise e, "#{e.message}\n#{threads_of(old_workers)}"
+        seen = output.size
+        diagnosis = threads_of(old_workers)
+        raise e, "#{e.message}\n#{diagnosis}\nthe master's output since:\n#{output[seen..]}"
       end
       output[mark..]
     end
@@ -85,15 +91,16 @@ module E2E
 
     # What each of +pids+ is doing: thread by thread, its name, state and
     # kernel wait channel, and for a futex wait the mapping the futex lies
-    # in (a lock in a library's data, or on the heap); then the Ruby
-    # backtraces the process writes on SIGPWR (spec/support/preload), or
-    # that it wrote none. A restart waits for the old workers to exit.
+    # in (a lock in a library's data, or on the heap); each thread's native
+    # backtrace where gdb is installed; then the Ruby backtraces the process
+    # writes on DUMP_SIGNAL (spec/support/preload), or that it wrote none.
+    # A restart waits for the old workers to exit.
     def threads_of(pids)
       pids.map do |worker|
         next "old worker #{worker}: gone" unless File.exist?("/proc/#{worker}")
 
         tasks = Dir.glob("/proc/#{worker}/task/*").filter_map { |task| describe_task(worker, task) }
-        "old worker #{worker}:\n  #{tasks.join("\n  ")}\n  #{ruby_threads_of(worker)}"
+        "old worker #{worker}:\n  #{tasks.join("\n  ")}\n#{native_backtraces_of(worker)}\n  #{ruby_threads_of(worker)}"
       end.join("\n")
     end
 
@@ -116,16 +123,30 @@ module E2E
       format("futex 0x%<address>x in %<mapping>s", address:, mapping:)
     end
 
+    # Every thread's native stack, from gdb (attached for a moment, in
+    # batch mode), frames only.
+    def native_backtraces_of(pid)
+      gdb = ENV.fetch("PATH", "").split(File::PATH_SEPARATOR).map { |dir| File.join(dir, "gdb") }
+               .find { |path| File.executable?(path) }
+      return "  (no native backtraces: gdb is not installed)" unless gdb
+
+      out, = Open3.capture2e("timeout", "--signal=KILL", "60", gdb, "--nx", "--batch", "-p", pid.to_s,
+                             "-ex", "set pagination off", "-ex", "thread apply all bt 40")
+      frames = out.lines.grep(/^(Thread |#\d)/).map { |line| "    #{line.strip}" }
+      frames.empty? ? "  (gdb gave no backtraces: #{out.lines.last(3).join.strip})" : "  native:\n#{frames.join("\n")}"
+    end
+
     def ruby_threads_of(pid)
       dump = File.join(@dumps, "#{pid}.threads")
-      Process.kill("PWR", pid)
+      Process.kill(DUMP_SIGNAL, pid)
       deadline = monotonic + 5
       sleep 0.05 until File.exist?(dump) || monotonic > deadline
-      return "Ruby threads (on SIGPWR):\n  #{File.read(dump)}" if File.exist?(dump)
+      return "Ruby threads (on SIG#{DUMP_SIGNAL}):\n  #{File.read(dump)}" if File.exist?(dump)
 
-      "no Ruby backtraces 5 s after SIGPWR: the main thread cannot take the GVL"
+      "no Ruby backtraces 5 s after SIG#{DUMP_SIGNAL}: the main thread did not run the trap " \
+        "(blocked holding the GVL, or not given it)"
     rescue Errno::ESRCH
-      "gone before SIGPWR"
+      "gone before SIG#{DUMP_SIGNAL}"
     end
 
     # The PIDs, by index, of the workers whose boot the master logged after
