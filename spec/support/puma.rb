@@ -64,16 +64,19 @@ module E2E
 
     # Sends +signal+ (USR1, USR2) to the master and waits until a whole new
     # generation of workers has booted. Returns what the master logged since.
-    def restart(signal, timeout: 30)
+    # An old worker still there after +stuck_after+ seconds is looked into
+    # then, while it lives: puma kills it once its worker_shutdown_timeout
+    # (30 s) is over, and the diagnosis is shown if the restart then fails.
+    def restart(signal, timeout: 30, stuck_after: 10)
       mark = output.size
       old_workers = @worker_pids
       Process.kill(signal, pid)
+      stuck = still_running(old_workers, after: stuck_after)
+      diagnosis = "#{stuck_after} s after SIG#{signal}:\n#{threads_of(stuck)}" unless stuck.empty?
       begin
         @worker_pids = booted_workers(from: mark, timeout:)
       rescue RuntimeError => e
-        seen = output.size
-        diagnosis = threads_of(old_workers)
-        raise e, "#{e.message}\n#{diagnosis}\nthe master's output since:\n#{output[seen..]}"
+        raise e, "#{e.message}\n#{diagnosis || threads_of(old_workers)}"
       end
       output[mark..]
     end
@@ -88,6 +91,14 @@ module E2E
     end
 
     private
+
+    # Those of +pids+ still running +after+ seconds, or as soon as none is.
+    def still_running(pids, after:)
+      deadline = monotonic + after
+      running = -> { pids.select { |pid| File.exist?("/proc/#{pid}") } }
+      sleep 0.05 until running.call.empty? || monotonic > deadline
+      running.call
+    end
 
     # What each of +pids+ is doing: thread by thread, its name, state and
     # kernel wait channel, and for a futex wait the mapping the futex lies
