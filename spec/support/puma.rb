@@ -20,6 +20,9 @@ module E2E
     # thread dump on SIGPWR, replacing a trap set before it), ignored by
     # default should the trap be missing.
     DUMP_SIGNAL = "URG"
+    # puma's default, which examples/puma/puma.rb keeps: how long the master
+    # lets a worker shut down before it kills it.
+    WORKER_SHUTDOWN_TIMEOUT = 30
     CONFIG = File.join(APP, "puma.rb")
 
     class << self
@@ -54,6 +57,7 @@ module E2E
       @port = E2E.free_port
       @workers = workers
       @dumps = Dir.mktmpdir("static_tracing-puma-dumps")
+      @ruby_dumps = {}
       puma_env = {
         "PUMA_LISTEN" => "127.0.0.1:#{@port}", "PUMA_WORKERS" => workers.to_s,
         "STATIC_TRACING_SPEC_DUMPS" => @dumps, "RUBYOPT" => "-r#{THREAD_DUMP} #{ENV.fetch("RUBYOPT", "")}".strip
@@ -65,16 +69,24 @@ module E2E
     # Sends +signal+ (USR1, USR2) to the master and waits until a whole new
     # generation of workers has booted. Returns what the master logged since.
     # An old worker still there after +stuck_after+ seconds is looked into
-    # then, while it lives: puma kills it once its worker_shutdown_timeout
-    # (30 s) is over, and the diagnosis is shown if the restart then fails.
+    # then, while it lives; the diagnosis is shown if the restart fails. The
+    # restart must be done +timeout+ seconds after the signal, or, if every
+    # stuck worker is in Ruby's IO#close bug (#stuck_in_ruby_close_bug?),
+    # once puma has killed them too: that is said on stderr.
     def restart(signal, timeout: 30, stuck_after: 10)
       mark = output.size
       old_workers = @worker_pids
       Process.kill(signal, pid)
+      deadline = monotonic + timeout
       stuck = still_running(old_workers, after: stuck_after)
       diagnosis = "#{stuck_after} s after SIG#{signal}:\n#{threads_of(stuck)}" unless stuck.empty?
+      if !stuck.empty? && stuck.all? { |worker| stuck_in_ruby_close_bug?(@ruby_dumps[worker]) }
+        warn "puma workers #{stuck.join(", ")}: stuck in IO#close by a Ruby bug (ruby/ruby#13684); " \
+             "waiting for puma to kill them (worker_shutdown_timeout)"
+        deadline += WORKER_SHUTDOWN_TIMEOUT
+      end
       begin
-        @worker_pids = booted_workers(from: mark, timeout:)
+        @worker_pids = booted_workers(from: mark, timeout: [deadline - monotonic, 1].max)
       rescue RuntimeError => e
         raise e, "#{e.message}\n#{diagnosis || threads_of(old_workers)}"
       end
@@ -152,12 +164,27 @@ module E2E
       Process.kill(DUMP_SIGNAL, pid)
       deadline = monotonic + 5
       sleep 0.05 until File.exist?(dump) || monotonic > deadline
-      return "Ruby threads (on SIG#{DUMP_SIGNAL}):\n  #{File.read(dump)}" if File.exist?(dump)
+      if File.exist?(dump)
+        @ruby_dumps[pid] = File.read(dump)
+        return "Ruby threads (on SIG#{DUMP_SIGNAL}):\n  #{@ruby_dumps[pid]}"
+      end
 
       "no Ruby backtraces 5 s after SIG#{DUMP_SIGNAL}: the main thread did not run the trap " \
         "(blocked holding the GVL, or not given it)"
     rescue Errno::ESRCH
       "gone before SIG#{DUMP_SIGNAL}"
+    end
+
+    # Ruby 3.3 and 3.4 (fixed by ruby/ruby#13684, for Ruby 3.5): an IO#close
+    # waits forever when a trap handler was writing to that IO as the close
+    # began. puma's SIGTERM trap writes to its server's wake-up pipe, which
+    # the server thread closes as it stops, and the master sends SIGTERM
+    # again every 0.2 s to a worker still stopping: now and then the server
+    # thread stays in that close until the master kills the worker. +dump+
+    # (the worker's Ruby threads) says whether that is where it is.
+    def stuck_in_ruby_close_bug?(dump)
+      server = dump.to_s.split(/^(?=\S)/).find { |thread| thread.start_with?("puma srv ") }
+      server.to_s.lines.fetch(1, "").match?(%r{/puma/server\.rb:\d+:in .(IO#)?close'})
     end
 
     # The PIDs, by index, of the workers whose boot the master logged after
