@@ -60,7 +60,8 @@ module E2E
       @ruby_dumps = {}
       puma_env = {
         "PUMA_LISTEN" => "127.0.0.1:#{@port}", "PUMA_WORKERS" => workers.to_s,
-        "STATIC_TRACING_SPEC_DUMPS" => @dumps, "RUBYOPT" => "-r#{THREAD_DUMP} #{ENV.fetch("RUBYOPT", "")}".strip
+        "STATIC_TRACING_SPEC_DUMPS" => @dumps, "STATIC_TRACING_SPEC_DUMP_SIGNAL" => DUMP_SIGNAL,
+        "RUBYOPT" => "-r#{THREAD_DUMP} #{ENV.fetch("RUBYOPT", "")}".strip
       }
       super(RbConfig.ruby, Puma.executable, "-I", LIB, "-C", CONFIG, rackup, env: env.merge(puma_env))
       @worker_pids = booted_workers(from: 0)
