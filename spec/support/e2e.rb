@@ -31,6 +31,12 @@ module E2E
         end
     end
 
+    # The executable +name+ on PATH, or nil.
+    def which(name)
+      ENV.fetch("PATH", "").split(File::PATH_SEPARATOR).map { |dir| File.join(dir, name) }
+         .find { |path| File.file?(path) && File.executable?(path) }
+    end
+
     def bpftrace
       ENV.fetch("BPFTRACE") { %w[/usr/bin/bpftrace /usr/local/bin/bpftrace].find { |path| File.executable?(path) } }
     end
@@ -315,7 +321,7 @@ module E2E
 
     # Skips (or fails, when end-to-end runs are required) without +command+.
     def require_command!(command)
-      return if system("command -v #{command} >/dev/null 2>&1")
+      return if E2E.which(command)
       raise "#{command} is required for end-to-end examples but is not installed" if E2E.required?
 
       skip("#{command} is not installed")

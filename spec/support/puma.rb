@@ -28,8 +28,7 @@ module E2E
     class << self
       # puma's script on PATH, or nil.
       def executable
-        ENV.fetch("PATH", "").split(File::PATH_SEPARATOR).map { |dir| File.join(dir, "puma") }
-           .find { |path| File.file?(path) && File.executable?(path) }
+        E2E.which("puma")
       end
 
       # Why puma cannot serve the app under this Ruby, or nil. Debian builds
@@ -150,8 +149,7 @@ module E2E
     # Every thread's native stack, from gdb (attached for a moment, in
     # batch mode), frames only.
     def native_backtraces_of(pid)
-      gdb = ENV.fetch("PATH", "").split(File::PATH_SEPARATOR).map { |dir| File.join(dir, "gdb") }
-               .find { |path| File.executable?(path) }
+      gdb = E2E.which("gdb")
       return "  (no native backtraces: gdb is not installed)" unless gdb
 
       out, = Open3.capture2e("timeout", "--signal=KILL", "60", gdb, "--nx", "--batch", "-p", pid.to_s,
@@ -176,7 +174,7 @@ module E2E
       "gone before SIG#{DUMP_SIGNAL}"
     end
 
-    # Ruby 3.3 and 3.4 (fixed by ruby/ruby#13684, for Ruby 3.5): an IO#close
+    # Ruby 3.3 and 3.4 (fixed upstream by ruby/ruby#13684): an IO#close
     # waits forever when a trap handler was writing to that IO as the close
     # began. puma's SIGTERM trap writes to its server's wake-up pipe, which
     # the server thread closes as it stops, and the master sends SIGTERM

@@ -22,8 +22,7 @@ module E2E
 
     # unicorn's script on PATH, or nil.
     def self.executable
-      ENV.fetch("PATH", "").split(File::PATH_SEPARATOR).map { |dir| File.join(dir, "unicorn") }
-         .find { |path| File.file?(path) && File.executable?(path) }
+      E2E.which("unicorn")
     end
 
     # Why unicorn cannot serve the app under this Ruby, or nil. Debian, for

@@ -430,9 +430,6 @@ fn the_state_file_is_replaced_whole_moved_when_its_directory_goes_and_swept_when
     assert!(err.to_string().contains("mode is 0755"), "{err:?}");
 }
 
-/// The stub is loaded through its descriptor, not its path: what the
-/// loader maps is the file that was written and checked, even if a
-/// directory on the path were swapped for a link in between.
 /// The name the loader's list of objects gives the object holding `address`:
 /// what debuggers read from outside the process and then open themselves.
 fn loader_name(address: usize) -> String {
