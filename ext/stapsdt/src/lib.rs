@@ -7,6 +7,10 @@
 //! "fires" the probe: a tracer (bpftrace, bcc, perf) that attached a uprobe
 //! to the stub's `nop` reads them.
 //!
+//! [`ring`] is the recorder's side of the same probes: a ring of records in a
+//! shared-memory file that the `static-tracing` command reads from outside
+//! the process (docs/recording.md).
+//!
 //! Nothing here knows about Ruby.
 
 pub mod arch;
@@ -19,6 +23,7 @@ pub mod names;
 #[cfg(unix)]
 pub mod owned_files;
 pub mod probe;
+pub mod ring;
 #[cfg(unix)]
 pub mod site;
 #[cfg(unix)]
