@@ -1,0 +1,672 @@
+//! Reading a ring or trace file's bytes back, checked as strictly as the
+//! `static-tracing` command's reader (lib/static_tracing/cli/trace_file)
+//! checks them, in the same order and with the same messages: what one
+//! refuses, the other does. Sizes in the file are never trusted: every one
+//! is checked against the input before anything is read or allocated by it,
+//! so that a hostile file gives an error, never a panic, and allocations
+//! stay within a small multiple of the input's length.
+
+use super::format::{
+    self, decode_entry, decode_stamp, offset, Counters, Header, Stamp, COMPLETE, FIRST_PAYLOAD,
+    HEADER_SIZE, INDEX_MASK, LATER_PAYLOAD, MAGIC, OVERWRITE, PAGE, SLOT_SIZE, STRING_LENGTH,
+    TABLE_OFFSET, VERSION,
+};
+use super::writer::Arg;
+use crate::probe::ArgType;
+use std::fmt;
+
+/// The file breaks the format: the message says where and how.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FormatError {
+    message: String,
+}
+
+impl FormatError {
+    fn file(message: impl Into<String>) -> FormatError {
+        FormatError {
+            message: message.into(),
+        }
+    }
+
+    /// `what`, at `offset` in the file, was not what was `expected`.
+    fn invalid(
+        what: impl fmt::Display,
+        offset: u64,
+        expected: impl fmt::Display,
+        found: impl fmt::Display,
+    ) -> FormatError {
+        FormatError::file(format!(
+            "{what} (offset {offset}): expected {expected}, found {found}"
+        ))
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for FormatError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for FormatError {}
+
+/// An entry of the probe table; its id is its index.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeEntry {
+    pub id: u32,
+    pub provider: String,
+    pub name: String,
+    pub types: Vec<ArgType>,
+    pub latency_arg: Option<u8>,
+    pub stack_arg: Option<u8>,
+}
+
+impl ProbeEntry {
+    /// `provider:name(Integer, String)`, as messages show a probe.
+    fn described(&self) -> String {
+        let types: Vec<&str> = self.types.iter().map(|&t| format::type_name(t)).collect();
+        format!(
+            "probe {}:{}({})",
+            self.provider,
+            self.name,
+            types.join(", ")
+        )
+    }
+}
+
+/// An argument's value as read back.
+#[derive(Clone, Debug)]
+pub enum Value {
+    Int(i64),
+    Float(f64),
+    Str(Vec<u8>),
+}
+
+/// Floats compare by their bits: a NaN written is the NaN read.
+impl PartialEq for Value {
+    fn eq(&self, other: &Value) -> bool {
+        match (self, other) {
+            (Value::Int(a), Value::Int(b)) => a == b,
+            (Value::Float(a), Value::Float(b)) => a.to_bits() == b.to_bits(),
+            (Value::Str(a), Value::Str(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Value {}
+
+impl Value {
+    /// The value a recorded `arg` reads back as: a String cut at `MAX_STRING`.
+    pub fn of(arg: &Arg<'_>) -> Value {
+        match *arg {
+            Arg::Int(value) => Value::Int(value),
+            Arg::Float(value) => Value::Float(value),
+            Arg::Str(bytes) => Value::Str(bytes[..format::cut_len(bytes.len())].to_vec()),
+        }
+    }
+}
+
+/// A record read back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// Its first slot's sequence number.
+    pub seq: u64,
+    pub slots: u64,
+    pub time_ns: u64,
+    /// Its probe's id (an index into `Trace::probes`).
+    pub probe: u32,
+    pub tid: u32,
+    pub args: Vec<Value>,
+}
+
+/// A ring or trace file read whole.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Trace {
+    pub header: Header,
+    pub counters: Counters,
+    pub probes: Vec<ProbeEntry>,
+    /// In sequence order.
+    pub records: Vec<Record>,
+}
+
+impl Trace {
+    /// Records reserved and not in the file: dropped, overwritten, or
+    /// being written while it was read.
+    pub fn lost(&self) -> u64 {
+        let missing = self
+            .counters
+            .records
+            .saturating_sub(self.records.len() as u64);
+        self.counters.dropped.saturating_add(missing)
+    }
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap())
+}
+
+fn u64_at(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
+}
+
+/// Reads a ring file (in one pass: give it a consistent copy, such as
+/// `Ring::snapshot` makes) or a trace file.
+pub fn parse(bytes: &[u8]) -> Result<Trace, FormatError> {
+    let header = header(bytes)?;
+    let counters = counters(bytes, &header)?;
+    let probes = table(bytes, counters.table_used)?;
+    // header() checked that the slots are in `bytes`.
+    let ring_offset = header.ring_offset as usize;
+    let area = &bytes[ring_offset..ring_offset + (header.slot_count * SLOT_SIZE) as usize];
+    let slots = Slots {
+        area,
+        slot_count: header.slot_count,
+        head: counters.head,
+        ring_offset: header.ring_offset,
+        probes: &probes,
+        max_string: header.max_string,
+    };
+    let records = slots.records()?;
+    if records.len() as u64 > counters.records {
+        return Err(FormatError::invalid(
+            "header field records",
+            offset::RECORDS as u64,
+            format!("at least the {} records the file holds", records.len()),
+            counters.records,
+        ));
+    }
+    Ok(Trace {
+        header,
+        counters,
+        probes,
+        records,
+    })
+}
+
+fn header(bytes: &[u8]) -> Result<Header, FormatError> {
+    if bytes.len() < MAGIC.len() || bytes[..MAGIC.len()] != MAGIC {
+        let found = &bytes[..bytes.len().min(MAGIC.len())];
+        return Err(FormatError::file(format!(
+            "not a static_tracing ring or trace file: magic (offset 0): expected \"STATRACE\", found {:?}",
+            String::from_utf8_lossy(found)
+        )));
+    }
+    if bytes.len() >= 12 {
+        let version = u32_at(bytes, offset::VERSION);
+        if version != VERSION {
+            return Err(FormatError::invalid(
+                "format version",
+                offset::VERSION as u64,
+                format!("{VERSION} (the version this reader reads)"),
+                version,
+            ));
+        }
+    }
+    if (bytes.len() as u64) < HEADER_SIZE {
+        return Err(FormatError::file(format!(
+            "truncated: it has {} bytes, less than its {HEADER_SIZE}-byte header",
+            bytes.len()
+        )));
+    }
+    let field = |name: &str, at: usize, expected: &dyn fmt::Display, found: &dyn fmt::Display| {
+        FormatError::invalid(format!("header field {name}"), at as u64, expected, found)
+    };
+    let header_size = u32_at(bytes, offset::HEADER_SIZE);
+    if u64::from(header_size) != HEADER_SIZE {
+        return Err(field(
+            "header_size",
+            offset::HEADER_SIZE,
+            &HEADER_SIZE,
+            &header_size,
+        ));
+    }
+    let table_offset = u64_at(bytes, offset::TABLE_OFFSET);
+    if table_offset != TABLE_OFFSET {
+        return Err(field(
+            "table_offset",
+            offset::TABLE_OFFSET,
+            &TABLE_OFFSET,
+            &table_offset,
+        ));
+    }
+    let slot_size = u32_at(bytes, offset::SLOT_SIZE);
+    if u64::from(slot_size) != SLOT_SIZE {
+        return Err(field(
+            "slot_size",
+            offset::SLOT_SIZE,
+            &SLOT_SIZE,
+            &slot_size,
+        ));
+    }
+    let header = Header {
+        table_capacity: u64_at(bytes, offset::TABLE_CAPACITY),
+        ring_offset: u64_at(bytes, offset::RING_OFFSET),
+        slot_count: u64_at(bytes, offset::SLOT_COUNT),
+        flags: u32_at(bytes, offset::FLAGS),
+        pid: u64_at(bytes, offset::PID),
+        pid_namespace: u64_at(bytes, offset::PID_NAMESPACE),
+        anchor_monotonic_ns: u64_at(bytes, offset::ANCHOR_MONOTONIC_NS),
+        anchor_realtime_ns: u64_at(bytes, offset::ANCHOR_REALTIME_NS) as i64,
+        max_string: u32_at(bytes, offset::MAX_STRING),
+    };
+    if header.flags & !(OVERWRITE | COMPLETE) != 0 {
+        let found = format!("0x{:x}", header.flags);
+        return Err(field(
+            "flags",
+            offset::FLAGS,
+            &"no bits but 0 (overwrite) and 1 (complete)",
+            &found,
+        ));
+    }
+    if header.table_capacity % 8 != 0 {
+        return Err(field(
+            "table_capacity",
+            offset::TABLE_CAPACITY,
+            &"a multiple of 8",
+            &header.table_capacity,
+        ));
+    }
+    if HEADER_SIZE.checked_add(header.table_capacity) != Some(header.ring_offset) {
+        let expected = format!(
+            "table_offset + table_capacity = {}",
+            HEADER_SIZE as u128 + u128::from(header.table_capacity)
+        );
+        return Err(field(
+            "ring_offset",
+            offset::RING_OFFSET,
+            &expected,
+            &header.ring_offset,
+        ));
+    }
+    if !header.complete() {
+        if header.ring_offset % PAGE != 0 {
+            let expected = format!("a multiple of {PAGE} in a ring file");
+            return Err(field(
+                "ring_offset",
+                offset::RING_OFFSET,
+                &expected,
+                &header.ring_offset,
+            ));
+        }
+        if !header.slot_count.is_power_of_two() {
+            return Err(field(
+                "slot_count",
+                offset::SLOT_COUNT,
+                &"a power of two in a ring file",
+                &header.slot_count,
+            ));
+        }
+    }
+    let slots_end =
+        u128::from(header.ring_offset) + u128::from(header.slot_count) * u128::from(SLOT_SIZE);
+    if slots_end > bytes.len() as u128 {
+        return Err(FormatError::file(format!(
+            "truncated: its {} slots end at byte {slots_end}, the file has {} bytes",
+            header.slot_count,
+            bytes.len()
+        )));
+    }
+    Ok(header)
+}
+
+fn counters(bytes: &[u8], header: &Header) -> Result<Counters, FormatError> {
+    let counters = Counters {
+        head: u64_at(bytes, offset::HEAD),
+        records: u64_at(bytes, offset::RECORDS),
+        dropped: u64_at(bytes, offset::DROPPED),
+        tail: u64_at(bytes, offset::TAIL),
+        table_used: u32_at(bytes, offset::TABLE_USED),
+    };
+    let used = u64::from(counters.table_used);
+    if used > header.table_capacity || used % 8 != 0 {
+        return Err(FormatError::invalid(
+            "header field table_used",
+            offset::TABLE_USED as u64,
+            format!(
+                "a multiple of 8 at most table_capacity ({})",
+                header.table_capacity
+            ),
+            used,
+        ));
+    }
+    Ok(counters)
+}
+
+/// The entries up to `table_used`, which header() and counters() put
+/// within the file.
+fn table(bytes: &[u8], table_used: u32) -> Result<Vec<ProbeEntry>, FormatError> {
+    let start = TABLE_OFFSET as usize;
+    let table = &bytes[start..start + table_used as usize];
+    let mut probes = Vec::new();
+    let mut at = 0;
+    while at < table.len() {
+        let id = probes.len();
+        let (entry, size) = decode_entry(&table[at..]).map_err(|problem| {
+            let what = format!("probe table entry {id} {}", problem.what);
+            let expected =
+                if problem.what == "entry" || problem.expected.ends_with("before table_used") {
+                    format!("{} ({table_used})", problem.expected)
+                } else {
+                    problem.expected
+                };
+            FormatError::invalid(
+                what,
+                (start + at + problem.at) as u64,
+                expected,
+                problem.found,
+            )
+        })?;
+        probes.push(ProbeEntry {
+            // At least 24 bytes an entry in a table of at most 4 GiB.
+            id: id as u32,
+            provider: entry.provider.to_owned(),
+            name: entry.probe.to_owned(),
+            types: entry.types().to_vec(),
+            latency_arg: entry.latency_arg,
+            stack_arg: entry.stack_arg,
+        });
+        at += size;
+    }
+    Ok(probes)
+}
+
+/// The slots of a file (or of a snapshot's copy), walked as the reader
+/// walks them: from the oldest position (head's), each first slot's record
+/// taken if its later slots hold it, and every stamp checked.
+pub(super) struct Slots<'a> {
+    /// `slot_count` slots of 32 bytes.
+    pub(super) area: &'a [u8],
+    pub(super) slot_count: u64,
+    pub(super) head: u64,
+    /// For messages: where `area` is in the file.
+    pub(super) ring_offset: u64,
+    pub(super) probes: &'a [ProbeEntry],
+    pub(super) max_string: u32,
+}
+
+/// A record found whole and valid, by its first slot's position.
+pub(super) struct Found {
+    pub(super) position: u64,
+    pub(super) seq: u64,
+    pub(super) slots: u64,
+}
+
+enum Step {
+    /// Nothing to take here: an empty slot, a later slot, or a record not
+    /// whole (being written or overwritten).
+    Skip,
+    Record(Found),
+    /// What the reader refuses the file for.
+    Invalid(FormatError),
+}
+
+impl Slots<'_> {
+    fn stamp(&self, position: u64) -> u64 {
+        u64_at(self.area, (position * SLOT_SIZE) as usize)
+    }
+
+    fn word(&self, position: u64, word: usize) -> u64 {
+        u64_at(self.area, (position * SLOT_SIZE) as usize + 8 * word)
+    }
+
+    fn slot_bytes(&self, position: u64) -> &[u8] {
+        let start = (position * SLOT_SIZE) as usize;
+        &self.area[start..start + SLOT_SIZE as usize]
+    }
+
+    /// The position of the `index`th slot from the oldest.
+    fn position(&self, index: u64) -> u64 {
+        // Both below slot_count, which is below 2^59 (its slots are in memory).
+        (self.head % self.slot_count + index) % self.slot_count
+    }
+
+    fn slot_offset(&self, position: u64) -> u64 {
+        self.ring_offset + position * SLOT_SIZE
+    }
+
+    /// Every valid record, in sequence order; the first invalid one's error.
+    pub(super) fn records(&self) -> Result<Vec<Record>, FormatError> {
+        let mut records = Vec::new();
+        let mut payload = Vec::new();
+        let mut index = 0;
+        while index < self.slot_count {
+            let mut args = Vec::new();
+            match self.step(index, &mut payload, Some(&mut args)) {
+                Step::Skip => index += 1,
+                Step::Invalid(err) => return Err(err),
+                Step::Record(found) => {
+                    let position = found.position;
+                    let probe_and_tid = self.word(position, 2);
+                    records.push(Record {
+                        seq: found.seq,
+                        slots: found.slots,
+                        time_ns: self.word(position, 1),
+                        probe: probe_and_tid as u32,
+                        tid: (probe_and_tid >> 32) as u32,
+                        args,
+                    });
+                    index += found.slots;
+                }
+            }
+        }
+        // Out of order only if a record was written a lap late, over a
+        // newer one's slot.
+        records.sort_by_key(|record| record.seq);
+        Ok(records)
+    }
+
+    /// Which positions hold a slot of a valid record: what a snapshot keeps.
+    pub(super) fn kept(&self) -> Vec<bool> {
+        let mut kept = vec![false; self.slot_count as usize];
+        let mut payload = Vec::new();
+        let mut index = 0;
+        while index < self.slot_count {
+            match self.step(index, &mut payload, None) {
+                Step::Record(found) => {
+                    for slot in 0..found.slots {
+                        kept[((found.position + slot) % self.slot_count) as usize] = true;
+                    }
+                    index += found.slots;
+                }
+                Step::Skip | Step::Invalid(_) => index += 1,
+            }
+        }
+        kept
+    }
+
+    fn step(&self, index: u64, payload: &mut Vec<u8>, args: Option<&mut Vec<Value>>) -> Step {
+        let position = self.position(index);
+        let stamp = self.stamp(position);
+        let seq = match decode_stamp(stamp) {
+            Stamp::Empty => return Step::Skip,
+            Stamp::Broken => {
+                return Step::Invalid(self.bad_stamp(
+                    position,
+                    stamp,
+                    format!("0, a first slot's stamp (bit 15 set) or a later slot's (index 1 to {INDEX_MASK})"),
+                    "index 0 with bit 15 clear",
+                ))
+            }
+            Stamp::Later { seq, .. } => {
+                return match self.sequence(position, stamp, seq) {
+                    Ok(_) => Step::Skip,
+                    Err(err) => Step::Invalid(err),
+                }
+            }
+            Stamp::First { seq, .. } => seq,
+        };
+        let seq = match self.sequence(position, stamp, seq) {
+            Ok(seq) => seq,
+            Err(err) => return Step::Invalid(err),
+        };
+        let slots = stamp & INDEX_MASK;
+        if slots == 0 {
+            let expected = format!("a first slot's count of slots from 1 to {INDEX_MASK}");
+            return Step::Invalid(self.bad_stamp(position, stamp, expected, 0));
+        }
+        if slots > self.slot_count {
+            let expected = format!("a record of at most slot_count ({}) slots", self.slot_count);
+            return Step::Invalid(self.bad_stamp(
+                position,
+                stamp,
+                expected,
+                format!("{slots} slots"),
+            ));
+        }
+        // seq < head: no overflow.
+        if u128::from(seq) + u128::from(slots) > u128::from(self.head) {
+            let expected = format!("a record that ends by head ({})", self.head);
+            return Step::Invalid(self.bad_stamp(
+                position,
+                stamp,
+                expected,
+                format!("{slots} slots from {seq}"),
+            ));
+        }
+        let whole = (1..slots).all(|slot| {
+            let later = (position + slot) % self.slot_count;
+            self.stamp(later) == format::later_stamp(seq, slot)
+        });
+        if !whole {
+            return Step::Skip;
+        }
+        match self.arguments(position, seq, slots, payload, args) {
+            Ok(()) => Step::Record(Found {
+                position,
+                seq,
+                slots,
+            }),
+            Err(err) => Step::Invalid(err),
+        }
+    }
+
+    /// The sequence number of a stamp's 48 bits: below head, and congruent
+    /// to the slot's position modulo slot_count.
+    fn sequence(&self, position: u64, stamp: u64, bits: u64) -> Result<u64, FormatError> {
+        let seq = format::widen(bits, self.head);
+        if seq >= self.head {
+            let expected = format!("a sequence number below head ({})", self.head);
+            return Err(self.bad_stamp(position, stamp, expected, seq));
+        }
+        if seq % self.slot_count != position {
+            let expected = format!(
+                "a sequence number congruent to its position {position} modulo slot_count ({})",
+                self.slot_count
+            );
+            return Err(self.bad_stamp(position, stamp, expected, seq));
+        }
+        Ok(seq)
+    }
+
+    fn bad_stamp(
+        &self,
+        position: u64,
+        stamp: u64,
+        expected: impl fmt::Display,
+        found: impl fmt::Display,
+    ) -> FormatError {
+        FormatError::invalid(
+            format!("stamp of slot {position} (0x{stamp:x})"),
+            self.slot_offset(position),
+            expected,
+            found,
+        )
+    }
+
+    /// Checks (and with `args`, decodes) the payload of the record at
+    /// `position`, as the reader does.
+    fn arguments(
+        &self,
+        position: u64,
+        seq: u64,
+        slots: u64,
+        payload: &mut Vec<u8>,
+        mut args: Option<&mut Vec<Value>>,
+    ) -> Result<(), FormatError> {
+        let error = |what: String, expected: String, found: String| {
+            FormatError::invalid(
+                format!("record {seq} in slot {position}: {what}"),
+                self.slot_offset(position),
+                expected,
+                found,
+            )
+        };
+        let probe_id = self.word(position, 2) as u32;
+        let Some(probe) = self.probes.get(probe_id as usize) else {
+            return Err(error(
+                "probe id".to_owned(),
+                format!("below {} (the probe table's entries)", self.probes.len()),
+                probe_id.to_string(),
+            ));
+        };
+        payload.clear();
+        payload.extend_from_slice(&self.slot_bytes(position)[SLOT_SIZE as usize - FIRST_PAYLOAD..]);
+        for slot in 1..slots {
+            let later = (position + slot) % self.slot_count;
+            payload
+                .extend_from_slice(&self.slot_bytes(later)[SLOT_SIZE as usize - LATER_PAYLOAD..]);
+        }
+        let mut at = 0;
+        for (index, &arg) in probe.types.iter().enumerate() {
+            let mut take = |len: usize| {
+                let end = at + len;
+                if end > payload.len() {
+                    return Err(error(
+                        format!("argument {index} of {}", probe.described()),
+                        format!(
+                            "to end within the {} payload bytes of its {slots} slots",
+                            payload.len()
+                        ),
+                        format!("it ends at byte {end}"),
+                    ));
+                }
+                let bytes = &payload[at..end];
+                at = end;
+                Ok(bytes)
+            };
+            let bytes = match arg {
+                ArgType::Int64 | ArgType::Float64 => take(8)?,
+                ArgType::String => {
+                    let len = u16::from_le_bytes(take(STRING_LENGTH)?.try_into().unwrap());
+                    if u32::from(len) > self.max_string {
+                        return Err(error(
+                            format!("argument {index} (String) length"),
+                            format!("at most max_string ({})", self.max_string),
+                            len.to_string(),
+                        ));
+                    }
+                    take(usize::from(len))?
+                }
+            };
+            if let Some(args) = args.as_deref_mut() {
+                args.push(match arg {
+                    ArgType::Int64 => Value::Int(i64::from_le_bytes(bytes.try_into().unwrap())),
+                    ArgType::Float64 => Value::Float(f64::from_le_bytes(bytes.try_into().unwrap())),
+                    ArgType::String => Value::Str(bytes.to_vec()),
+                });
+            }
+        }
+        let needed = format::slots_for(at);
+        if needed != slots {
+            return Err(error(
+                format!("slot count for {}", probe.described()),
+                format!("{needed} (its arguments take {at} bytes)"),
+                slots.to_string(),
+            ));
+        }
+        let rest = &payload[at..];
+        if rest.iter().any(|&byte| byte != 0) {
+            let hex: String = rest.iter().map(|byte| format!("{byte:02x}")).collect();
+            return Err(error(
+                format!("padding for {}", probe.described()),
+                format!("zero bytes after its {at} bytes of arguments"),
+                hex,
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,587 @@
+//! The ring over heap memory: what it writes, word by word, and what the
+//! reader and the snapshot make of it, tampered with or not. These run
+//! under Miri too (`rake cargo:miri`), which checks the region's accesses.
+
+use super::format::{self, first_stamp, later_stamp, offset, COMPLETE, OVERWRITE};
+use super::*;
+use crate::ArgType;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// A ring's memory, as a mapping would give it: zeroed, 8-aligned. Words
+/// are atomics so that the test can read them while the ring lives.
+struct Memory {
+    words: Box<[AtomicU64]>,
+}
+
+impl Memory {
+    fn new(config: &RingConfig) -> Memory {
+        let words = (0..config.file_len() / 8)
+            .map(|_| AtomicU64::new(0))
+            .collect();
+        Memory { words }
+    }
+
+    fn ring(&self, config: &RingConfig) -> Ring {
+        // SAFETY: the words are zeroed, 8-aligned, outlive the ring (every
+        // test drops it first) and are otherwise only read, through atomics.
+        unsafe { Ring::create(self.words.as_ptr().cast_mut().cast(), config) }.unwrap()
+    }
+
+    fn word(&self, at: usize) -> u64 {
+        self.words[at / 8].load(Relaxed)
+    }
+
+    fn set_word(&self, at: usize, value: u64) {
+        self.words[at / 8].store(value, Relaxed);
+    }
+
+    /// The slot word `word` of position `position`.
+    fn slot_word(&self, config: &RingConfig, position: u64, word: usize) -> u64 {
+        self.word(slot_at(config, position) + 8 * word)
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        self.words
+            .iter()
+            .flat_map(|word| word.load(Relaxed).to_le_bytes())
+            .collect()
+    }
+}
+
+fn slot_at(config: &RingConfig, position: u64) -> usize {
+    (config.ring_offset() + position * 32) as usize
+}
+
+fn config(slot_count: u64, overwrite: bool) -> RingConfig {
+    RingConfig {
+        slot_count,
+        table_capacity: 4096,
+        overwrite,
+        pid: 4242,
+        pid_namespace: 4026531836,
+        anchor_monotonic_ns: 1_000_000,
+        anchor_realtime_ns: 1_700_000_000_000_000_000,
+    }
+}
+
+fn snapshot(ring: &Ring) -> Trace {
+    parse(&ring.snapshot()).unwrap()
+}
+
+fn seqs(trace: &Trace) -> Vec<u64> {
+    trace.records.iter().map(|record| record.seq).collect()
+}
+
+#[test]
+fn a_new_ring_has_its_header_and_nothing_else() {
+    let config = config(16, true);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let live = parse(&memory.bytes()).unwrap();
+    assert_eq!(live.header, config.header());
+    assert_eq!(live.header.flags, OVERWRITE);
+    assert_eq!(live.header.ring_offset, 8192);
+    assert_eq!(live.counters, Counters::default());
+    assert!(live.probes.is_empty() && live.records.is_empty());
+    let bytes = memory.bytes();
+    assert!(bytes[format::FIELDS_END..].iter().all(|&byte| byte == 0));
+
+    let trace = snapshot(&ring);
+    assert_eq!(trace.header.flags, OVERWRITE | COMPLETE);
+    assert_eq!(trace.header.slot_count, 16);
+    assert_eq!(ring.snapshot().len() as u64, config.file_len());
+    drop(ring);
+}
+
+#[test]
+fn probes_get_ids_in_order_and_their_entries() {
+    let config = config(16, false);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let types = [ArgType::Int64, ArgType::String];
+    assert_eq!(
+        ring.add_probe("app", "done", &types, Some(0), Some(1)),
+        Ok(0)
+    );
+    assert_eq!(ring.add_probe("app", "start", &[], None, None), Ok(1));
+    assert_eq!(ring.counters().table_used, 24 + 24);
+    assert_eq!(memory.word(4096) & 0xffff, 24, "entry_size of entry 0");
+
+    let trace = parse(&memory.bytes()).unwrap();
+    let done = &trace.probes[0];
+    assert_eq!(
+        (done.provider.as_str(), done.name.as_str()),
+        ("app", "done")
+    );
+    assert_eq!(
+        (done.types.as_slice(), done.latency_arg, done.stack_arg),
+        (&types[..], Some(0), Some(1))
+    );
+    assert_eq!(trace.probes[1].id, 1);
+    assert_eq!(snapshot(&ring).probes, trace.probes);
+
+    let refused = ring
+        .add_probe("app", "bad-name", &[], None, None)
+        .unwrap_err();
+    assert!(
+        matches!(refused, TableError::Entry(format::EntryError::Name(_))),
+        "{refused:?}"
+    );
+    let refused = ring.add_probe("app", "lat", &[ArgType::Float64], Some(0), None);
+    assert_eq!(
+        refused,
+        Err(TableError::Entry(format::EntryError::LatencyArg(0)))
+    );
+    assert_eq!(ring.counters().table_used, 48, "nothing appended");
+    drop(ring);
+}
+
+#[test]
+fn a_full_table_refuses_the_probe_that_does_not_fit() {
+    let config = config(16, false);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let long = "p".repeat(128);
+    // 272 bytes an entry: 15 fit in 4096.
+    for id in 0..15 {
+        assert_eq!(
+            ring.add_probe(
+                &long,
+                &format!("{id:0>128}").replacen('0', "q", 1),
+                &[],
+                None,
+                None
+            ),
+            Ok(id)
+        );
+    }
+    let refused = ring.add_probe(&long, &"r".repeat(128), &[], None, None);
+    assert_eq!(refused, Err(TableError::Full { capacity: 4096 }));
+    assert!(refused.unwrap_err().to_string().contains("full"));
+    // 16 bytes left: not even the smallest entry (24) fits.
+    assert_eq!(
+        ring.add_probe("a", "b", &[], None, None),
+        Err(TableError::Full { capacity: 4096 })
+    );
+    assert_eq!(ring.counters().table_used, 15 * 272);
+    assert_eq!(snapshot(&ring).probes.len(), 15);
+    drop(ring);
+}
+
+#[test]
+fn record_integer_fills_one_slot_as_the_format_says() {
+    let config = config(8, true);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let probe = ring
+        .add_probe("app", "done", &[ArgType::Int64], Some(0), None)
+        .unwrap();
+    let other = ring
+        .add_probe("app", "other", &[ArgType::Int64], None, None)
+        .unwrap();
+    assert!(ring.record_integer(probe, 5_000, 77, -3));
+    assert!(ring.record_integer(other, 6_000, u32::MAX, i64::MAX));
+    assert_eq!(memory.slot_word(&config, 0, 0), first_stamp(0, 1));
+    assert_eq!(memory.slot_word(&config, 0, 1), 5_000);
+    assert_eq!(memory.slot_word(&config, 0, 2), 77 << 32);
+    assert_eq!(memory.slot_word(&config, 0, 3), -3i64 as u64);
+    assert_eq!(memory.slot_word(&config, 1, 0), first_stamp(1, 1));
+    assert_eq!(
+        memory.slot_word(&config, 1, 2),
+        1 | (u64::from(u32::MAX) << 32)
+    );
+    let counters = ring.counters();
+    assert_eq!(
+        (counters.head, counters.records, counters.dropped),
+        (2, 2, 0)
+    );
+
+    let trace = parse(&memory.bytes()).unwrap();
+    assert_eq!(
+        trace.records[0],
+        Record {
+            seq: 0,
+            slots: 1,
+            time_ns: 5_000,
+            probe,
+            tid: 77,
+            args: vec![Value::Int(-3)],
+        }
+    );
+    assert_eq!(trace.records[1].args, [Value::Int(i64::MAX)]);
+    assert_eq!(snapshot(&ring).records, trace.records);
+    drop(ring);
+}
+
+#[test]
+fn records_take_the_slots_their_payload_needs_and_wrap() {
+    let config = config(8, true);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let types = [ArgType::String, ArgType::Float64, ArgType::Int64];
+    let probe = ring
+        .add_probe("app", "query", &types, Some(2), Some(0))
+        .unwrap();
+    // 2 + 11 + 8 + 8 = 29 bytes: 2 slots.
+    let args = [Arg::Str(b"SELECT 1 -- "), Arg::Float(-0.5), Arg::Int(42)];
+    assert!(ring.record(probe, 1, 2, &args));
+    assert_eq!(memory.slot_word(&config, 0, 0), first_stamp(0, 2));
+    assert_eq!(memory.slot_word(&config, 1, 0), later_stamp(0, 1));
+    // The payload's first 8 bytes: the length, then "SELECT".
+    assert_eq!(
+        memory.slot_word(&config, 0, 3).to_le_bytes(),
+        *b"\x0c\x00SELECT"
+    );
+    // 30 bytes: 8 + 22 in the second slot, then zeros.
+    let last = memory.slot_word(&config, 1, 3).to_le_bytes();
+    assert_eq!(&last[..6], &42i64.to_le_bytes()[2..]);
+    assert_eq!(&last[6..], &[0, 0]);
+
+    // 2 + 40 + 8 + 8 = 58 bytes: 4 slots, from seq 2 (positions 2 to 5)
+    // then from seq 6 (positions 6, 7, 0, 1: over seq 0's record).
+    let long = [Arg::Str(&[b'x'; 40]), Arg::Float(f64::NAN), Arg::Int(-1)];
+    for time in 0..2 {
+        assert!(ring.record(probe, time, 3, &long));
+    }
+    assert_eq!(ring.counters().head, 10);
+    assert_eq!(memory.slot_word(&config, 0, 0), later_stamp(6, 2));
+    let trace = parse(&memory.bytes()).unwrap();
+    assert_eq!(seqs(&trace), [2, 6]);
+    let expected: Vec<Value> = long.iter().map(Value::of).collect();
+    assert_eq!(trace.records[1].args, expected);
+    assert_eq!(trace.records[1].time_ns, 1);
+    // Seq 10 over the first slot of seq 2's record: its later slots are
+    // passed over.
+    assert!(ring.record(probe, 9, 3, &args));
+    let trace = parse(&memory.bytes()).unwrap();
+    assert_eq!(seqs(&trace), [6, 10]);
+    assert_eq!(
+        trace.records[1].args,
+        args.iter().map(Value::of).collect::<Vec<_>>()
+    );
+    assert_eq!(trace.lost(), 2);
+    assert_eq!(snapshot(&ring).records, trace.records);
+    drop(ring);
+}
+
+#[test]
+fn strings_are_cut_at_max_string_and_may_be_empty() {
+    let config = config(64, false);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let probe = ring
+        .add_probe("app", "s", &[ArgType::String, ArgType::String], None, None)
+        .unwrap();
+    let long: Vec<u8> = (0..2000).map(|i| i as u8).collect();
+    assert!(ring.record(probe, 0, 0, &[Arg::Str(&long), Arg::Str(b"")]));
+    let trace = snapshot(&ring);
+    assert_eq!(
+        trace.records[0].args,
+        [Value::Str(long[..1024].to_vec()), Value::Str(Vec::new())]
+    );
+    assert_eq!(trace.records[0].slots, format::slots_for(2 + 1024 + 2));
+    drop(ring);
+}
+
+#[test]
+fn records_that_do_not_match_their_probe_are_dropped_and_counted() {
+    let config = config(8, true);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let probe = ring
+        .add_probe("app", "p", &[ArgType::Int64], None, None)
+        .unwrap();
+    let strings = ring
+        .add_probe("app", "s", &[ArgType::String], None, None)
+        .unwrap();
+    assert!(!ring.record_integer(strings, 0, 0, 1));
+    assert!(!ring.record_integer(7, 0, 0, 1), "not in the table");
+    assert!(!ring.record(probe, 0, 0, &[Arg::Float(1.0)]));
+    assert!(!ring.record(probe, 0, 0, &[]));
+    assert!(!ring.record(probe, 0, 0, &[Arg::Int(1), Arg::Int(2)]));
+    assert!(!ring.record(9, 0, 0, &[Arg::Int(1); 7]));
+    assert!(!ring.record(strings, 0, 0, &[Arg::Int(1)]));
+    ring.count_dropped();
+    let counters = ring.counters();
+    assert_eq!(
+        (counters.head, counters.records, counters.dropped),
+        (0, 0, 8)
+    );
+    assert!(
+        ring.record(probe, 0, 0, &[Arg::Int(1)]),
+        "the general path takes one Integer too"
+    );
+    assert_eq!(snapshot(&ring).lost(), 8);
+    drop(ring);
+}
+
+#[test]
+fn without_overwrite_a_full_ring_drops_until_the_reader_consumes() {
+    let config = config(8, false);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let probe = ring
+        .add_probe("app", "p", &[ArgType::Int64], None, None)
+        .unwrap();
+    let strings = ring
+        .add_probe("app", "s", &[ArgType::String], None, None)
+        .unwrap();
+    for value in 0..8 {
+        assert!(ring.record_integer(probe, 0, 0, value));
+    }
+    assert!(!ring.record_integer(probe, 0, 0, 8));
+    assert!(!ring.record(strings, 0, 0, &[Arg::Str(b"0123456789")]));
+    assert_eq!(ring.counters().dropped, 2);
+    ring.store_tail(3);
+    // Two slots: fits; then one more; then full again.
+    assert!(ring.record(strings, 0, 0, &[Arg::Str(b"0123456789")]));
+    assert!(ring.record_integer(probe, 0, 0, 9));
+    assert!(!ring.record_integer(probe, 0, 0, 10));
+    let trace = snapshot(&ring);
+    assert_eq!(seqs(&trace), [3, 4, 5, 6, 7, 8, 10]);
+    assert_eq!(
+        (
+            trace.counters.head,
+            trace.counters.records,
+            trace.counters.dropped
+        ),
+        (11, 10, 3)
+    );
+    assert_eq!(trace.counters.tail, 0, "a trace file has no reader");
+    // Records 0 to 2 were consumed: the ring lost none of them, but this
+    // copy, taken after, does not hold them.
+    assert_eq!(trace.lost(), 3 + 3);
+    drop(ring);
+}
+
+#[test]
+fn a_record_larger_than_the_ring_is_dropped() {
+    let config = config(2, true);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let probe = ring
+        .add_probe("app", "s", &[ArgType::String], None, None)
+        .unwrap();
+    assert!(
+        ring.record(probe, 0, 0, &[Arg::Str(&[b'a'; 30])]),
+        "2 slots: fits"
+    );
+    assert!(
+        !ring.record(probe, 0, 0, &[Arg::Str(&[b'a'; 31])]),
+        "3 slots"
+    );
+    let counters = ring.counters();
+    assert_eq!(
+        (counters.head, counters.records, counters.dropped),
+        (2, 1, 1)
+    );
+    drop(ring);
+}
+
+#[test]
+fn a_writer_gives_up_a_slot_held_by_another_or_holding_a_newer_record() {
+    let config = config(4, true);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let probe = ring
+        .add_probe("app", "p", &[ArgType::Int64], None, None)
+        .unwrap();
+    for value in 0..4 {
+        assert!(ring.record_integer(probe, 0, 0, value));
+    }
+    // Another writer took position 0 (for seq 4, 8, ...) and is writing it:
+    // the writer of seq 4 finds it held.
+    memory.set_word(slot_at(&config, 0), 0);
+    assert!(!ring.record_integer(probe, 0, 0, 4));
+    // Position 1 holds a newer record than seq 5's: its writer was lapped.
+    memory.set_word(slot_at(&config, 1), first_stamp(9, 1));
+    assert!(!ring.record_integer(probe, 0, 0, 5));
+    assert_eq!(
+        memory.slot_word(&config, 1, 0),
+        first_stamp(9, 1),
+        "untouched"
+    );
+    assert_eq!(memory.slot_word(&config, 1, 3), 1, "untouched");
+    let counters = ring.counters();
+    // Given up, not dropped: they count as lost, as overwritten records do.
+    assert_eq!(
+        (counters.head, counters.records, counters.dropped),
+        (6, 6, 0)
+    );
+    let trace = snapshot(&ring);
+    assert_eq!(seqs(&trace), [2, 3]);
+    assert_eq!(trace.lost(), 4);
+    drop(ring);
+}
+
+#[test]
+fn a_writer_that_gives_up_puts_back_the_slots_it_took() {
+    let config = config(8, true);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let probe = ring
+        .add_probe("app", "p", &[ArgType::Int64], None, None)
+        .unwrap();
+    let strings = ring
+        .add_probe("app", "s", &[ArgType::String], None, None)
+        .unwrap();
+    for value in 0..8 {
+        assert!(ring.record_integer(probe, 0, 0, value));
+    }
+    memory.set_word(slot_at(&config, 2), 0);
+    // 42 bytes: 3 slots, seq 8 to 10 at positions 0 to 2. It takes 0 and 1,
+    // finds 2 held, and puts 0 and 1 back as they were.
+    assert!(!ring.record(strings, 0, 0, &[Arg::Str(&[b's'; 40])]));
+    assert_eq!(memory.slot_word(&config, 0, 0), first_stamp(0, 1));
+    assert_eq!(memory.slot_word(&config, 1, 0), first_stamp(1, 1));
+    let trace = snapshot(&ring);
+    assert_eq!(seqs(&trace), [0, 1, 3, 4, 5, 6, 7]);
+    assert_eq!(trace.lost(), 2);
+    // The next writer takes them as usual.
+    assert!(ring.record_integer(probe, 0, 0, 11));
+    assert_eq!(memory.slot_word(&config, 3, 0), first_stamp(11, 1));
+    drop(ring);
+}
+
+#[test]
+fn a_slot_given_up_on_its_first_lap_can_be_taken_later() {
+    let config = config(4, true);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let probe = ring
+        .add_probe("app", "p", &[ArgType::Int64], None, None)
+        .unwrap();
+    let strings = ring
+        .add_probe("app", "s", &[ArgType::String], None, None)
+        .unwrap();
+    for value in 0..3 {
+        assert!(ring.record_integer(probe, 0, 0, value));
+    }
+    memory.set_word(slot_at(&config, 0), 0);
+    // Seq 3 (position 3, never written) then seq 4 (position 0, held).
+    assert!(!ring.record(strings, 0, 0, &[Arg::Str(b"0123456789")]));
+    // Not 0, which later writers would take for a slot being written: a
+    // later slot's stamp of its own sequence number, which readers pass over.
+    assert_eq!(memory.slot_word(&config, 3, 0), (3 << 16) | 1);
+    assert_eq!(seqs(&parse(&memory.bytes()).unwrap()), [1, 2]);
+    assert_eq!(seqs(&snapshot(&ring)), [1, 2]);
+    memory.set_word(slot_at(&config, 0), first_stamp(0, 1));
+    for value in 5..8 {
+        assert!(ring.record_integer(probe, 0, 0, value));
+    }
+    assert_eq!(memory.slot_word(&config, 3, 0), first_stamp(7, 1));
+    // Seq 0's record is whole again: its holder gave it up too.
+    assert_eq!(seqs(&snapshot(&ring)), [0, 5, 6, 7]);
+    drop(ring);
+}
+
+#[test]
+fn a_snapshot_keeps_only_whole_valid_records() {
+    let config = config(16, true);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let probe = ring
+        .add_probe("app", "p", &[ArgType::Int64], None, None)
+        .unwrap();
+    let strings = ring
+        .add_probe("app", "s", &[ArgType::String], None, None)
+        .unwrap();
+    for value in 0..4 {
+        assert!(ring.record_integer(probe, 0, 0, value));
+        assert!(ring.record(strings, 0, 0, &[Arg::Str(b"0123456789")]));
+    }
+    // seq 0..12 in records of 1 and 2 slots: 0, 1-2, 3, 4-5, 6, 7-8, 9, 10-11.
+    // Being written: the first slot of 4-5 is 0.
+    memory.set_word(slot_at(&config, 4), 0);
+    // Overwritten: the later slot of 7-8 holds another record's stamp.
+    memory.set_word(slot_at(&config, 8), first_stamp(24, 1));
+    // Written by another process: a stamp congruent to nothing, and
+    // padding that is not zero.
+    memory.set_word(slot_at(&config, 9), first_stamp(1, 1));
+    memory.set_word(slot_at(&config, 11) + 24, u64::MAX);
+    assert!(
+        parse(&memory.bytes()).is_err(),
+        "the live ring, read as it is"
+    );
+
+    let bytes = ring.snapshot();
+    let trace = parse(&bytes).unwrap();
+    assert_eq!(seqs(&trace), [0, 1, 3, 6]);
+    assert_eq!(trace.lost(), 4);
+    for position in [4, 5, 7, 8, 9, 10, 11] {
+        let at = slot_at(&config, position);
+        assert_eq!(&bytes[at..at + 32], &[0; 32], "position {position} zeroed");
+    }
+    // As long as the bytes of what it keeps are.
+    let at = slot_at(&config, 1);
+    assert_eq!(&bytes[at..at + 64], &memory.bytes()[at..at + 64]);
+    drop(ring);
+}
+
+#[test]
+fn a_snapshot_counts_at_least_the_records_it_holds() {
+    let config = config(8, true);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let probe = ring
+        .add_probe("app", "p", &[ArgType::Int64], None, None)
+        .unwrap();
+    for value in 0..3 {
+        assert!(ring.record_integer(probe, 0, 0, value));
+    }
+    memory.set_word(offset::RECORDS, 1);
+    memory.set_word(offset::TAIL, 77);
+    let trace = snapshot(&ring);
+    assert_eq!(trace.records.len(), 3);
+    assert_eq!((trace.counters.records, trace.counters.tail), (3, 0));
+    drop(ring);
+}
+
+#[test]
+fn the_writer_does_not_trust_the_shared_table() {
+    let config = config(8, true);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let probe = ring
+        .add_probe("app", "p", &[ArgType::Int64], None, None)
+        .unwrap();
+    // Another process scribbles over the table and table_used.
+    memory.set_word(4096, u64::MAX);
+    // (table_used is a u32: written as one, as everything is at its size.)
+    ring.region
+        .header_u32(offset::TABLE_USED)
+        .store(4000, Relaxed);
+    assert!(ring.record_integer(probe, 0, 0, 1));
+    assert_eq!(ring.add_probe("app", "q", &[], None, None), Ok(1));
+    // The snapshot's table is this process's.
+    let trace = snapshot(&ring);
+    assert_eq!(trace.probes.len(), 2);
+    assert_eq!(trace.counters.table_used, 24 + 24);
+    assert_eq!(trace.records.len(), 1);
+    drop(ring);
+}
+
+#[test]
+fn a_head_moved_by_another_process_stops_the_writers_safely() {
+    let config = config(8, true);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let probe = ring
+        .add_probe("app", "p", &[ArgType::Int64], None, None)
+        .unwrap();
+    assert!(ring.record_integer(probe, 0, 0, 1));
+    // Past the first lap, a never-written slot looks held: writers give up.
+    memory.set_word(offset::HEAD, (1 << 40) + 1);
+    assert!(!ring.record_integer(probe, 0, 0, 2));
+    assert_eq!(memory.slot_word(&config, 0, 3), 1);
+    memory.set_word(offset::HEAD, u64::MAX);
+    assert!(
+        !ring.record_integer(probe, 0, 0, 3),
+        "at u64::MAX: wraps, no overflow"
+    );
+    let trace = snapshot(&ring);
+    assert_eq!(trace.counters.head, 0);
+    assert!(trace.records.is_empty(), "seq 0 is not below head 0");
+    drop(ring);
+}
