@@ -15,6 +15,8 @@
 
 pub mod arch;
 #[cfg(unix)]
+pub mod control;
+#[cfg(unix)]
 pub mod descriptors;
 pub mod elf;
 #[cfg(unix)]
@@ -24,6 +26,8 @@ pub mod names;
 pub mod owned_files;
 pub mod probe;
 pub mod ring;
+#[cfg(unix)]
+pub mod ring_file;
 #[cfg(unix)]
 pub mod site;
 #[cfg(unix)]

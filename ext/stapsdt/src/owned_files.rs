@@ -121,3 +121,14 @@ pub fn remove_files_at_exit() -> usize {
     });
     removed
 }
+
+/// Removes the file `name` this process created, wherever it is, and forgets it.
+pub(crate) fn remove_named(name: &str) {
+    owned_files().retain(|file| {
+        if file.name != name {
+            return true;
+        }
+        let _ = file.dir.remove(&file.name);
+        false
+    });
+}

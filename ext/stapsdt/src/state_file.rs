@@ -7,6 +7,11 @@ use crate::stub_dir::{self, Candidate, ProcessKey, StubDir};
 use crate::tried::{cannot_write, write_tried, Skipped};
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+/// The directory this process's state file was last published in, and by
+/// which process (a forked child has published none yet).
+static PUBLISHED_IN: Mutex<Option<(libc::pid_t, Arc<StubDir>)>> = Mutex::new(None);
 
 /// Why a state file could not be published.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,7 +56,10 @@ pub fn publish_state(contents: &[u8], candidates: &[Candidate]) -> Result<PathBu
             }
         });
         match published {
-            Ok((dir, held)) => return Ok(owned_files::own_only_copy(dir, name, held)),
+            Ok((dir, held)) => {
+                *published_in() = Some((crate::sys::current_pid(), dir.clone()));
+                return Ok(owned_files::own_only_copy(dir, name, held));
+            }
             Err(PlaceError::OutOfDescriptors(shortage)) => {
                 return Err(PublishError::OutOfDescriptors {
                     location: candidate.location(),
@@ -65,4 +73,19 @@ pub fn publish_state(contents: &[u8], candidates: &[Candidate]) -> Result<PathBu
         }
     }
     Err(PublishError::NowhereUsable(skipped))
+}
+
+fn published_in() -> std::sync::MutexGuard<'static, Option<(libc::pid_t, Arc<StubDir>)>> {
+    PUBLISHED_IN
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The directory this process's state file is in, if it published one: the
+/// `static-tracing` command finds a process's other files for it (its
+/// control channel, its recorder's ring) there, next to what it trusts.
+pub fn published_dir() -> Option<Arc<StubDir>> {
+    let published = published_in();
+    let (pid, dir) = published.as_ref()?;
+    (*pid == crate::sys::current_pid()).then(|| dir.clone())
 }

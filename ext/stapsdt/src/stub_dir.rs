@@ -23,7 +23,7 @@ use std::fs::{DirBuilder, File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 
@@ -286,6 +286,29 @@ impl StubDir {
         Ok(file)
     }
 
+    /// Creates the FIFO `name` (mode 0600) and returns it open for reading
+    /// and writing, locked as [`StubDir::create_locked`] locks a file: read
+    /// and written at once, it never blocks its opener and never sees an
+    /// end of file. A FIFO cannot be made unnamed first, so it has its name
+    /// a moment before its lock, as in [`StubDir::create_named_locked`].
+    pub fn create_fifo_locked(&self, name: &str) -> io::Result<File> {
+        sys::create_fifo_at(&self.dir, name)?;
+        let ready = sys::open_at(&self.dir, name).and_then(|fifo| {
+            sys::lock_shared(&fifo)?;
+            if sys::names_file(&self.dir, name, &fifo) {
+                Ok(fifo)
+            } else {
+                Err(io::Error::other(
+                    "another process removed it as it was being created",
+                ))
+            }
+        });
+        if ready.is_err() {
+            let _ = self.remove(name);
+        }
+        ready
+    }
+
     /// Removes the entry `name` if it is provably stale: no open file
     /// description holds a lock on it, so neither its creator nor a forked
     /// child with a claim on it is alive (see [`StubDir::create_locked`]).
@@ -303,8 +326,9 @@ impl StubDir {
             }
             Err(_) => return false,
         };
-        file.metadata().is_ok_and(|meta| meta.is_file())
-            && sys::try_lock_exclusive(&file).unwrap_or(false)
+        file.metadata().is_ok_and(|meta| {
+            meta.is_file() || (meta.file_type().is_fifo() && control_file_key(name).is_some())
+        }) && sys::try_lock_exclusive(&file).unwrap_or(false)
             && sys::names_file(&self.dir, name, &file)
             && self.remove(name).is_ok()
     }
@@ -342,17 +366,34 @@ impl StubDir {
             .flatten()
             .filter(|entry| {
                 let name = entry.file_name();
-                name.to_str()
-                    .is_some_and(|name| made_by_a_process(name) && self.remove_if_unheld(name))
+                name.to_str().is_some_and(|name| {
+                    made_by_a_process(name)
+                        && !(ring_file_key(name).is_some() && recently_written(entry))
+                        && self.remove_if_unheld(name)
+                })
             })
             .count()
     }
+}
+
+/// How long a ring nobody holds any more stays, after it was last
+/// written: the ring of a process that was killed (SIGKILL, the OOM killer)
+/// holds what it did last, for `static-tracing report` to read.
+pub const STALE_RING_KEPT: std::time::Duration = std::time::Duration::from_secs(3600);
+
+fn recently_written(entry: &std::fs::DirEntry) -> bool {
+    entry
+        .metadata()
+        .and_then(|meta| meta.modified())
+        .is_ok_and(|modified| modified.elapsed().map_or(true, |age| age < STALE_RING_KEPT))
 }
 
 /// Whether `name` is one of the names processes give their files here.
 fn made_by_a_process(name: &str) -> bool {
     StubFileName::parse(name).is_some()
         || state_file_key(name).is_some()
+        || ring_file_key(name).is_some()
+        || control_file_key(name).is_some()
         || name
             .strip_prefix('.')
             .and_then(|name| name.strip_suffix(".new"))
@@ -420,6 +461,25 @@ pub fn state_file_name(key: ProcessKey) -> String {
 
 fn state_file_key(name: &str) -> Option<ProcessKey> {
     ProcessKey::parse(name.strip_suffix(".state")?)
+}
+
+/// `<pid>-<pidns>.ring`: the recorder's ring (see `crate::ring_file`).
+pub fn ring_file_name(key: ProcessKey) -> String {
+    format!("{key}.ring")
+}
+
+fn ring_file_key(name: &str) -> Option<ProcessKey> {
+    ProcessKey::parse(name.strip_suffix(".ring")?)
+}
+
+/// `<pid>-<pidns>.control`: the FIFO the `static-tracing` command writes
+/// its requests to (see `crate::control`).
+pub fn control_file_name(key: ProcessKey) -> String {
+    format!("{key}.control")
+}
+
+fn control_file_key(name: &str) -> Option<ProcessKey> {
+    ProcessKey::parse(name.strip_suffix(".control")?)
 }
 
 /// `<provider>-<pid>-<pidns>-<generation>.so`: the creating process (see

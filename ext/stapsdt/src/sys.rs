@@ -453,3 +453,75 @@ pub fn allocate(file: &File, len: u64) -> io::Result<()> {
 pub fn allocate(_file: &File, _len: u64) -> io::Result<()> {
     Ok(())
 }
+
+/// Creates the FIFO `name` (mode 0600) inside the directory `dir`, failing
+/// if anything already has that name.
+pub fn create_fifo_at(dir: &File, name: &str) -> io::Result<()> {
+    let name = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: valid directory descriptor and C string.
+    if unsafe { libc::mkfifoat(dir.as_raw_fd(), name.as_ptr(), 0o600) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A shared, writable mapping of the first `len` bytes of a file, unmapped
+/// when dropped. Whoever maps the file sees the same bytes: this process's
+/// writes are another process's reads, with no copy in between.
+#[derive(Debug)]
+pub struct SharedMapping {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is process-wide memory, not tied to a thread; what is
+// read and written through it is the user's to synchronize.
+unsafe impl Send for SharedMapping {}
+// SAFETY: as above.
+unsafe impl Sync for SharedMapping {}
+
+impl SharedMapping {
+    /// Maps `len` bytes of `file` from offset 0, readable and writable, its
+    /// pages faulted in now rather than one by one on first use. The file
+    /// must already be that long: a page past its end is a SIGBUS.
+    pub fn new(file: &File, len: usize) -> io::Result<SharedMapping> {
+        // SAFETY: a fresh mapping chosen by the kernel overlaps nothing of
+        // ours; the descriptor is valid for the call.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let base = NonNull::new(base.cast::<u8>()).ok_or_else(|| io::Error::other("mmap at 0"))?;
+        Ok(SharedMapping { base, len })
+    }
+
+    /// The first byte: page-aligned.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for SharedMapping {
+    fn drop(&mut self) {
+        // SAFETY: the range was mapped by `new` and is unmapped once; the
+        // owner of this mapping guarantees nothing reads it any more.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
