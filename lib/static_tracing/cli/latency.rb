@@ -2,12 +2,15 @@
 
 require "json"
 require "open3"
+require_relative "histogram"
 
 module StaticTracing
   module CLI
     # `static-tracing latency PID`: runs bpftrace on a process's latency
     # probes for a while and prints a histogram per probe.
     class Latency < Command
+      include Histogram
+
       command "latency",
               arguments: "PID [--provider P] [--seconds N]",
               summary: "Trace a process's latency probes with bpftrace and print a histogram per probe",
@@ -28,7 +31,6 @@ module StaticTracing
       # counting; with many probes that alone can take a while.
       STARTUP_TIMEOUT = 60
       READY = "static_tracing: attached"
-      BAR_WIDTH = 52
 
       private
 
@@ -134,56 +136,6 @@ module StaticTracing
                    "max #{duration(maps.dig("@max", key))}")
           print_histogram(buckets)
         end
-      end
-
-      def print_histogram(buckets)
-        labels = bucket_labels(buckets)
-        top = buckets.map { |bucket| bucket["count"] }.max
-        width = labels.map(&:size).max
-        counts = buckets.map { |bucket| bucket["count"].to_s }
-        count_width = counts.map(&:size).max
-        buckets.each_with_index do |bucket, index|
-          bar = "@" * (bucket["count"] * BAR_WIDTH / top)
-          out.puts("  #{labels[index].ljust(width)}  #{counts[index].rjust(count_width)} |#{bar.ljust(BAR_WIDTH)}|")
-        end
-      end
-
-      # bpftrace's JSON gives each bucket's inclusive bounds, in microseconds
-      # here; bpftrace 0.17 garbles the bounds of buckets past 2^31, which
-      # are then taken from the bucket before.
-      def bucket_labels(buckets)
-        previous = nil
-        buckets.map do |bucket|
-          low = bucket["min"]
-          high = bucket["max"]
-          if low && high && previous && low <= previous
-            low = previous + 1
-            high = (low * 2) - 1
-          end
-          previous = high
-          bucket_label(low, high)
-        end
-      end
-
-      def bucket_label(low, high)
-        return "< 0" if low.nil? || high.negative?
-        return "< 1us" if high.zero?
-
-        "[#{duration(low * 1000)}, #{duration((high + 1) * 1000)})"
-      end
-
-      def duration(nanoseconds)
-        return "?" unless nanoseconds
-
-        unit, scale = [["s", 1e9], ["ms", 1e6], ["us", 1e3]].find { |_, size| nanoseconds >= size } || ["ns", 1]
-        "#{format_number(nanoseconds / scale.to_f, digits: 3)}#{unit}"
-      end
-
-      # Up to +digits+ significant digits, no trailing zeros: 1.02, 16.4, 131.
-      def format_number(value, digits: 3)
-        decimals = [digits - value.abs.floor.to_s.size, 0].max
-        text = format("%.#{decimals}f", value)
-        text.include?(".") ? text.sub(/0+\z/, "").delete_suffix(".") : text
       end
     end
 
