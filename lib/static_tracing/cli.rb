@@ -45,9 +45,14 @@ module StaticTracing
         end
       end
 
+      # The commands that --help lists.
+      def listed_commands
+        commands.select { |_, command| command.listed? }
+      end
+
       def help_text
-        width = commands.keys.map(&:size).max
-        lines = commands.map { |name, command| format("    %-#{width}s  %s", name, command.summary) }
+        width = listed_commands.keys.map(&:size).max
+        lines = listed_commands.map { |name, command| format("    %-#{width}s  %s", name, command.summary) }
         <<~HELP
           Usage: #{PROGRAM} COMMAND [options]
 
@@ -92,7 +97,7 @@ module StaticTracing
       end
 
       def usage_error(err, message)
-        report(err, "#{PROGRAM}: #{message} (commands: #{commands.keys.join(", ")}; see #{PROGRAM} --help)",
+        report(err, "#{PROGRAM}: #{message} (commands: #{listed_commands.keys.join(", ")}; see #{PROGRAM} --help)",
                EXIT_USAGE)
       end
 
