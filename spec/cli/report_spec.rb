@@ -1,0 +1,331 @@
+# frozen_string_literal: true
+
+require "bigdecimal"
+require "fileutils"
+require "json"
+require "static_tracing/cli"
+require "tmpdir"
+
+# `static-tracing report FILE...`, run through CLI.run on trace files that
+# TraceFile::Writer writes and rings that RingImage lays out.
+RSpec.describe "static-tracing report" do
+  let(:trace_file) { StaticTracing::CLI::TraceFile }
+  let(:dir) { Dir.mktmpdir("report") }
+  # The wall clock of every file here: the Unix epoch at monotonic 0, so
+  # that a record's time is its wall-clock time.
+  let(:epoch) { 1_700_000_000_000_000_000 }
+  let(:index) { probe(0, "my_controller", "index", ["Integer"], latency_arg: 0) }
+  let(:hits) { probe(1, "app", "hits", %w[String Integer Float]) }
+  let(:stack) { probe(2, "my_controller_stack", "index", ["String"], stack_arg: 0) }
+
+  after { FileUtils.rm_rf(dir) }
+
+  # +arguments+: latency_arg: and stack_arg:, the indexes of those arguments.
+  def probe(id, provider, name, types, **arguments)
+    trace_file::Probe.new(id, provider, name, types, arguments[:latency_arg], arguments[:stack_arg])
+  end
+
+  def record(probe, args, time:, tid: 7)
+    trace_file::Record.new(nil, time, probe, tid, args)
+  end
+
+  # Calls of +index+ lasting +latencies+ (ns), one every microsecond from
+  # +start+ (ns).
+  def calls(latencies, start: 1_000_000)
+    latencies.each_with_index.map { |latency, number| record(index, [latency], time: start + (number * 1000)) }
+  end
+
+  # A trace file holding +records+; +header+: the Writer's fields (process
+  # 4321 unless it says), +counters+: records_total: and dropped:.
+  def trace(name, records, probes: [index, hits, stack], header: {}, **counters)
+    writer = trace_file::Writer.new(pid: 4321, anchor_monotonic_ns: 0, anchor_realtime_ns: epoch, **header)
+    path = File.join(dir, name)
+    File.binwrite(path, writer.bytes(probes:, records:, **counters))
+    path
+  end
+
+  def histogram(stdout, label)
+    stdout.split("\n\n").find { |block| block.start_with?("#{label}  ") }.lines.drop(1).map(&:rstrip)
+  end
+
+  describe "text" do
+    it "sums up what was read: files, processes, records, their time span, records lost and why" do
+      first = trace("a.trace", calls([1000] * 10), records_total: 20, dropped: 2)
+      flight = trace("b.trace", calls([1000] * 2, start: 6_000_000), records_total: 5,
+                                                                     header: { pid: 999, overwrite: true })
+      result = cli("report", first, flight)
+      expect(result).to have_attributes(exitstatus: 0, stderr: "")
+      # 10 + 2 records from 1ms to 6.001ms; lost: 2 dropped, 20 - 10 in a
+      # ring not in flight mode, 5 - 2 in one that was.
+      expect(result.stdout.lines.first).to eq(
+        "Read 2 files: processes 4321, 999, 12 records over 5ms; 15 lost (2 dropped because the ring (or its " \
+        "probe table) was full, 3 overwritten in flight mode, 10 being written when the ring was read).\n"
+      )
+      single = cli("report", trace("c.trace", calls([5])))
+      expect(single.stdout.lines.first).to eq("Read 1 file: process 4321, 1 record over 0ns; none lost.\n")
+      # 999.999ms, which rounds to 1000ms: shown as 1s.
+      second = cli("report", trace("e.trace", calls([1, 1]) + calls([1], start: 1_000_999_000)))
+      expect(second.stdout.lines.first).to eq("Read 1 file: process 4321, 3 records over 1s; none lost.\n")
+      empty = cli("report", trace("d.trace", []))
+      expect(empty.stdout).to start_with("Read 1 file: process 4321, 0 records; none lost.\n")
+    end
+
+    it "counts the calls of each probe, and gives a latency probe's p50, p90, p99 and max by nearest rank" do
+      records = calls((1..10).map { |ms| ms * 1_000_000 }) +
+                [record(hits, ["x", 1, 0.5], time: 20_000_000), record(hits, ["y", 2, 1.5], time: 20_000_001)]
+      result = cli("report", trace("a.trace", records))
+      # Ranks ceil(0.5 * 10) = 5, ceil(0.9 * 10) = 9, ceil(0.99 * 10) = 10.
+      expect(result.stdout).to include("\n\nmy_controller:index  10 calls, p50 5ms, p90 9ms, p99 10ms, max 10ms\n")
+      expect(result.stdout).to include("\n\napp:hits  2 calls\n")
+      expect(result.stdout).to include("\n\nmy_controller_stack:index  no calls\n")
+      hundred = cli("report", trace("b.trace", calls((1..100).map { |us| us * 1000 })))
+      expect(hundred.stdout).to include("my_controller:index  100 calls, p50 50us, p90 90us, p99 99us, max 100us\n")
+    end
+
+    # bpftrace's hist(arg0 / 1000) of these: arg0 / 1000 truncates toward
+    # zero, so -1500ns is -1 ("< 0"), -5, 0 and 999ns are [0], 1000 and
+    # 1999ns are [1], 2000 and 3999ns [2, 4), 4000ns [4, 8), 1.5ms
+    # (1500us) [1K, 2K), with every empty bucket between.
+    it "shows the latencies in the buckets bpftrace's hist() of arg0 / 1000 fills, as `latency` labels them" do
+      result = cli("report", trace("a.trace", calls([-1500, -5, 0, 999, 1000, 1999, 2000, 3999, 4000, 1_500_000])))
+      expect(histogram(result.stdout, "my_controller:index")).to eq(
+        [
+          "  < 0               1 |@@@@@@@@@@@@@@@@@                                   |",
+          "  < 1us             3 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|",
+          "  [1us, 2us)        2 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@                  |",
+          "  [2us, 4us)        2 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@                  |",
+          "  [4us, 8us)        1 |@@@@@@@@@@@@@@@@@                                   |",
+          *%w[8us 16us 32us 64us 128us 256us 512us].each_cons(2).map do |low, high|
+            "  #{"[#{low}, #{high})".ljust(16)}  0 |#{" " * 52}|"
+          end,
+          "  [512us, 1.02ms)   0 |                                                    |",
+          "  [1.02ms, 2.05ms)  1 |@@@@@@@@@@@@@@@@@                                   |"
+        ]
+      )
+    end
+
+    # bpftrace's hist(arg0 / 1000), written out: C's division truncates
+    # toward zero; a negative value counts in "< 0", 0 in [0], any other n
+    # in the bucket of its bit length ([1], [2, 4), [4, 8), ...); the
+    # buckets shown run from the lowest counted to the highest. Each as
+    # [bucket, count], -1 for "< 0" and k for [2^(k-1), 2^k).
+    def bpftrace_hist(nanoseconds)
+      counts = Hash.new(0)
+      nanoseconds.each do |ns|
+        microseconds = ns.negative? ? -(-ns / 1000) : ns / 1000
+        counts[microseconds.negative? ? -1 : microseconds.bit_length] += 1
+      end
+      (counts.keys.min..counts.keys.max).map { |bucket| [bucket, counts[bucket]] }
+    end
+
+    it "buckets any durations as bpftrace's hist() of arg0 / 1000 would" do
+      random = Random.new(42)
+      samples = [[-1000], [-999], [999], [1000], [0, 2**62], [-(2**62), 5]] +
+                Array.new(50) do
+                  Array.new(random.rand(1..300)) do
+                    random.rand(-(10**random.rand(1..7))..(2**random.rand(1..62)))
+                  end
+                end
+      samples.each do |nanoseconds|
+        buckets = StaticTracing::CLI::Histogram.latency_buckets(nanoseconds.sort).map do |bucket|
+          index = bucket["max"] == -1 ? -1 : bucket["max"].bit_length
+          [index, bucket["count"]]
+        end
+        expect(buckets).to eq(bpftrace_hist(nanoseconds)), nanoseconds.inspect
+      end
+    end
+
+    it "starts the histogram at the lowest bucket filled and ends it at the highest" do
+      result = cli("report", trace("a.trace", calls([5_000, 6_000, 20_000])))
+      expect(histogram(result.stdout, "my_controller:index")).to eq(
+        [
+          "  [4us, 8us)    2 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|",
+          "  [8us, 16us)   0 |                                                    |",
+          "  [16us, 32us)  1 |@@@@@@@@@@@@@@@@@@@@@@@@@@                          |"
+        ]
+      )
+    end
+
+    it "merges several files into one report: a probe in two files is one line, its calls summed" do
+      first = trace("a.trace", calls([1000, 2000]) + [record(hits, ["x", 1, 0.5], time: 5)])
+      second = trace("b.trace", calls([3000] * 3), probes: [index], header: { pid: 5555 })
+      result = cli("report", first, second)
+      expect(result).to have_attributes(exitstatus: 0, stderr: "")
+      expect(result.stdout.scan(/^my_controller:index .*$/))
+        .to eq(["my_controller:index  5 calls, p50 3us, p90 3us, p99 3us, max 3us"])
+      expect(result.stdout.scan(/^app:hits .*$/)).to eq(["app:hits  1 call"])
+      expect(histogram(result.stdout, "my_controller:index").map { |row| row[/\A +\S+(?: \S+)? +(\d+) \|/, 1] })
+        .to eq(%w[1 4])
+    end
+
+    it "reads a live ring as it is" do
+      ring = RingImage.new(slot_count: 8, anchor_monotonic_ns: 0, anchor_realtime_ns: epoch)
+      id = ring.add_probe("my_controller", "index", [:Integer], latency_arg: 0)
+      3.times { |number| ring.append(id, [(number + 1) * 1000], time: number) }
+      result = cli("report", ring.write(File.join(dir, "4321-4026531836.ring")))
+      expect(result).to have_attributes(exitstatus: 0, stderr: "")
+      expect(result.stdout).to start_with("Read 1 file: process 4321, 3 records over 2ns; none lost.\n\n" \
+                                          "my_controller:index  3 calls, p50 2us, p90 3us, p99 3us, max 3us\n")
+    end
+  end
+
+  describe "--format chrome" do
+    # The document, its numbers exact.
+    def events(stdout)
+      JSON.parse(stdout, decimal_class: BigDecimal).fetch("traceEvents")
+    end
+
+    def micros(nanoseconds)
+      BigDecimal(nanoseconds) / 1000
+    end
+
+    let(:records) do
+      calls([2_500_001, -3]) + [record(hits, ["a \"quoted\"\nline", -(2**63), Float::NAN], time: 9_000_123, tid: 8),
+                                record(stack, ["main;work"], time: 9_500_000, tid: 8)]
+    end
+
+    it "is Trace Event Format JSON: every event has the fields its phase requires" do
+      result = cli("report", "--format", "chrome", trace("a.trace", records),
+                   trace("b.trace", calls([1]), header: { pid: 9 }))
+      expect(result).to have_attributes(exitstatus: 0, stderr: "")
+      events = events(result.stdout)
+      expect(events).to all(include("name", "ph", "ts", "pid", "tid"))
+      expect(events.group_by { |event| event["ph"] }.transform_values(&:size)).to eq("M" => 2, "X" => 3, "i" => 2)
+      expect(events.select { |event| event["ph"] == "X" }).to all(include("dur"))
+      expect(events.select { |event| event["ph"] == "i" }).to all(include("s" => "t"))
+      expect(events.select { |event| event["ph"] == "M" }.map { |event| [event["name"], event["pid"], event["args"]] })
+        .to eq([["process_name", 4321, { "name" => "ruby 4321" }], ["process_name", 9, { "name" => "ruby 9" }]])
+    end
+
+    it "starts a call's complete event at its end less its latency, in microseconds to the nanosecond" do
+      events = events(cli("report", "--format", "chrome", trace("a.trace", records)).stdout)
+      calls = events.select { |event| event["ph"] == "X" }
+      expect(calls.map { |event| [event["name"], event["cat"], event["ts"], event["dur"], event["tid"]] }).to eq(
+        [
+          ["my_controller:index", "my_controller", micros(epoch + 1_000_000 - 2_500_001), micros(2_500_001), 7],
+          # A negative latency lasts nothing.
+          ["my_controller:index", "my_controller", micros(epoch + 1_001_000), 0, 7]
+        ]
+      )
+      expect(calls.first["ts"].to_s("F")).to eq("1699999999998499.999")
+    end
+
+    it "makes an instant event of a record of any other probe, with its arguments" do
+      events = events(cli("report", "--format", "chrome", trace("a.trace", records)).stdout)
+      instants = events.select { |event| event["ph"] == "i" }
+      expect(instants.map { |event| [event["name"], event["ts"], event["tid"], event["args"]] }).to eq(
+        [
+          ["app:hits", micros(epoch + 9_000_123), 8,
+           { "arg0" => "a \"quoted\"\nline", "arg1" => -(2**63), "arg2" => "NaN" }],
+          ["my_controller_stack:index", micros(epoch + 9_500_000), 8, { "arg0" => "main;work" }]
+        ]
+      )
+    end
+  end
+
+  describe "--format folded" do
+    it "counts each distinct stack, one `stack count` line each, sorted, for flamegraph.pl" do
+      records = %w[main;a;b main;a main;a;b].each_with_index.map { |text, time| record(stack, [text], time:) } +
+                [record(stack, ["bad\nline;x"], time: 5), record(stack, [""], time: 6)] + calls([1000])
+      second = trace("b.trace", [record(stack, ["main;a"], time: 1)], probes: [stack])
+      result = cli("report", "--format", "folded", trace("a.trace", records), second)
+      expect(result).to have_attributes(exitstatus: 0, stderr: "")
+      # A line break in a stack would break the line: it shows as "?".
+      expect(result.stdout).to eq("bad?line;x 1\nmain;a 2\nmain;a;b 2\n")
+    end
+
+    it "says clearly that there is nothing to fold when no probe has a stack argument" do
+      path = trace("a.trace", calls([1]), probes: [index])
+      result = cli("report", "--format", "folded", path)
+      expect(result).to have_attributes(exitstatus: 1, stdout: "")
+      expect(result.stderr).to eq(
+        "static-tracing: no stack probes in #{path} (probes with a stack argument, as StackTracer makes), " \
+        "so no stacks to fold; probes: my_controller:index\n"
+      )
+    end
+  end
+
+  describe "-o OUTPUT" do
+    let(:output) { File.join(dir, "report.txt") }
+
+    it "writes the report to OUTPUT instead of stdout" do
+      result = cli("report", "-o", output, trace("a.trace", calls([1000])))
+      expect(result).to have_attributes(exitstatus: 0, stdout: "", stderr: "")
+      expect(File.read(output)).to start_with("Read 1 file: process 4321, 1 record over 0ns; none lost.\n")
+    end
+
+    it "leaves OUTPUT as it was when an input is bad, and says why in one line" do
+      File.write(output, "the last report\n")
+      good = trace("a.trace", calls([1000]))
+      bad = File.join(dir, "bad.trace")
+      File.binwrite(bad, File.binread(good).tap { |bytes| bytes[8, 4] = [7].pack("L<") })
+      [[bad], [good, bad], [good, File.join(dir, "missing.trace")], [good, dir]].each do |inputs|
+        result = cli("report", "-o", output, *inputs)
+        expect(result).to have_attributes(exitstatus: 1, stdout: "")
+        expect(result.stderr).to start_with("static-tracing: ").and end_with("\n")
+        expect(result.stderr.lines.size).to eq(1)
+        expect(result.stderr).not_to include(".rb:")
+      end
+      expect(cli("report", "-o", output, bad).stderr).to eq(
+        "static-tracing: #{bad}: format version (offset 8): expected 1 (the version this static-tracing reads), " \
+        "found 7\n"
+      )
+      expect(File.read(output)).to eq("the last report\n")
+    end
+
+    it "leaves OUTPUT as it was when the report cannot be made of good inputs" do
+      File.write(output, "the last report\n")
+      result = cli("report", "--format", "folded", "-o", output, trace("a.trace", calls([1]), probes: [index]))
+      expect(result).to have_attributes(exitstatus: 1, stdout: "")
+      expect(File.read(output)).to eq("the last report\n")
+    end
+
+    it "says so when OUTPUT cannot be written" do
+      missing = File.join(dir, "no", "report.txt")
+      result = cli("report", "-o", missing, trace("a.trace", calls([1])))
+      expect(result).to have_attributes(exitstatus: 1, stdout: "")
+      expect(result.stderr).to eq("static-tracing: cannot write the report to #{missing}: No such file or directory\n")
+    end
+  end
+
+  describe "command line" do
+    it "refuses an unknown format, and no FILE, as usage errors" do
+      path = trace("a.trace", [])
+      expect(cli("report", "--format", "svg", path)).to have_attributes(
+        exitstatus: 2, stdout: "",
+        stderr: 'static-tracing report: --format must be one of text, chrome, folded, got "svg" ' \
+                "(see static-tracing report --help)\n"
+      )
+      expect(cli("report")).to have_attributes(
+        exitstatus: 2, stdout: "",
+        stderr: "static-tracing report: missing FILE: name one or more trace files or rings " \
+                "(see static-tracing report --help)\n"
+      )
+    end
+
+    it "refuses a FIFO given as FILE without waiting on it" do
+      fifo = File.join(dir, "fifo")
+      File.mkfifo(fifo)
+      result = cli("report", fifo)
+      expect(result).to have_attributes(exitstatus: 1, stdout: "",
+                                        stderr: "static-tracing: cannot read #{fifo}: it is a fifo, not a " \
+                                                "regular file\n")
+    end
+
+    # Not listed while the recorder that writes its files is not released
+    # (docs/recording.md): the README's help shows the commands that are.
+    it "runs, though `static-tracing --help` does not list it yet" do
+      expect(cli("--help").stdout).not_to include("report")
+      expect(cli("report", trace("a.trace", [])).exitstatus).to eq(0)
+    end
+
+    it "describes its formats in its help" do
+      help = cli("report", "--help")
+      expect(help).to have_attributes(exitstatus: 0, stderr: "")
+      expect(help.stdout).to start_with("Usage: static-tracing report FILE... [--format text|chrome|folded] " \
+                                        "[-o OUTPUT]\n")
+      expect(help.stdout).to include("--format FORMAT", "-o, --output OUTPUT", "p50/p90/p99/max", "Perfetto",
+                                     "flamegraph.pl")
+    end
+  end
+end
