@@ -13,6 +13,8 @@ require_relative "static_tracing/method_tracing"
 require_relative "static_tracing/latency_tracer"
 require_relative "static_tracing/stack_tracer"
 require_relative "static_tracing/blocks"
+require_relative "static_tracing/recorder"
+require_relative "static_tracing/control"
 require_relative "static_tracing/signal_toggle"
 require_relative "static_tracing/configuration"
 require_relative "static_tracing/state"
@@ -67,3 +69,4 @@ end
 
 StaticTracing.warn_unsupported unless StaticTracing.supported?
 StaticTracing::Configuration.configure_from_environment
+StaticTracing::Recorder.configure_from_environment

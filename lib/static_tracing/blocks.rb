@@ -65,7 +65,7 @@ module StaticTracing
 
       def latency_tracepoint(provider, name)
         @latency[provider][name] ||
-          STATE_LOCK.synchronize { @latency[provider][name] ||= Tracepoint.new(provider, name, Integer) }
+          STATE_LOCK.synchronize { @latency[provider][name] ||= Tracepoint.new(provider, name, Integer, latency: 0) }
       end
 
       # Declares a StaticTracing.tracepoint call site's tracepoint and
@@ -89,11 +89,11 @@ module StaticTracing
       end
 
       # The tracepoint of a latency block, or nil when it is to run untraced:
-      # tracing off (its names still checked), or a non-main Ractor, where
+      # tracing off and nothing recording (its names still checked), or a non-main Ractor, where
       # tracing state cannot be read (Ractor::Error) and nothing is traced.
       # Yields for the block's receiver when there is no provider.
       def latency_block_tracepoint(provider, name)
-        unless Switch.enabled? || Switch.attach_mode?
+        unless Switch.enabled? || Switch.attach_mode? || Recorder.recording?
           check_latency_names(provider, name)
           return nil
         end

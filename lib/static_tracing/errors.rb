@@ -9,6 +9,11 @@ module StaticTracing
   # lists every place that was tried and why it was passed over.
   class ProviderLoadError < Error; end
 
+  # The recorder could not start, or write a snapshot: the message says why
+  # (no usable directory, no space or memory for the ring, a size out of
+  # range) and what to do. Nothing else about the process changed.
+  class RecorderError < Error; end
+
   # `StaticTracing.providers[name]` for a name nobody registered.
   class ProviderMissingError < KeyError; end
 end

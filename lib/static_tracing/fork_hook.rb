@@ -4,8 +4,9 @@ module StaticTracing
   # Process._fork is the one hook every fork goes through (Kernel#fork,
   # Process.fork, IO.popen("-")); Process.daemon forks without it. Either way
   # the new process needs its own signal and attach watchers (the parent's
-  # threads did not survive the fork) and its own `<pid>-<pidns>.state`, in
-  # that order: the state names the signal the process listens to.
+  # threads did not survive the fork), its own control channel and
+  # `<pid>-<pidns>.state`, in that order (the state names the signal the
+  # process listens to, and the channel), then its own recording, if any.
   module ForkHook
     # A fork waits for a toggle in progress to finish (STATE_LOCK): a child
     # copies the whole process as it is, and must start with tracing fully
@@ -35,7 +36,10 @@ module StaticTracing
     def self.start_new_process
       SignalToggle.restart_after_fork
       Watcher.restart_after_fork
+      Control.restart_after_fork
       State.publish
+      # Last: a recording of its own goes next to the state just published.
+      Recorder.restart_after_fork
     end
   end
   Process.singleton_class.prepend(ForkHook)

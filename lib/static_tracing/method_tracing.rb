@@ -205,7 +205,8 @@ module StaticTracing
 
         provider = rule.provider || default_provider(klass, rule) or return
         probe_name = claim_probe_name(provider, probe_name, klass, name)
-        tracepoint = StaticTracing::Provider.register(provider).add_tracepoint(probe_name, *TYPES.fetch(rule.kind))
+        tracepoint = StaticTracing::Provider.register(provider).add_tracepoint(probe_name, *TYPES.fetch(rule.kind),
+                                                                               **ROLES.fetch(rule.kind))
         arm_new(state_for(klass).probes[[name, rule.kind]] = MethodProbe.new(klass, name, rule.kind, tracepoint))
       rescue ArgumentError, FrozenError, StaticTracing::Error => e
         warn_once([klass.object_id, name, rule.kind],

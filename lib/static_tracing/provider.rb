@@ -56,10 +56,24 @@ module StaticTracing
     # probe can be attached to at most Configuration.attach_delay (0.1 s)
     # after this returns, or as soon as #load returns: the stub is rebuilt
     # once for every probe declared meanwhile, not once per probe.
-    def add_tracepoint(name, *types)
+    #
+    # +latency+: the index of an Integer argument that holds a duration in
+    # nanoseconds, +stack+: of a String argument that holds a folded stack;
+    # what the recorder's reports make of them (percentiles, flame graphs).
+    # They are the first declaration's. Other keywords are taken as a type
+    # (a Hash), which is refused as any other wrong type is.
+    def add_tracepoint(name, *types, **roles)
+      latency = roles.delete(:latency)
+      stack = roles.delete(:stack)
+      types << roles unless roles.empty?
       ensure_registered
+      Tracepoint.check_roles(name, types, latency:, stack:)
       tracepoint, declared = _declare(Names.string(:probe, name), types)
-      Switch.declared(self) if declared
+      if declared
+        tracepoint.send(:assign_roles, latency, stack)
+        Switch.declared(self)
+        Recorder.declared(tracepoint)
+      end
       tracepoint
     end
 

@@ -21,13 +21,15 @@ module StaticTracing
     PROVIDER = :rack
     PROBE = :request
     TYPES = [String, String, Integer, Integer].freeze
+    # The request's duration, in ns.
+    LATENCY = 3
     ERROR_STATUS = 500
 
     attr_reader :tracepoint
 
     def initialize(app, provider: PROVIDER)
       @app = app
-      @tracepoint = Tracepoint.new(provider, PROBE, *TYPES)
+      @tracepoint = Tracepoint.new(provider, PROBE, *TYPES, latency: LATENCY)
     end
 
     def call(env)

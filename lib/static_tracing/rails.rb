@@ -42,7 +42,8 @@ module StaticTracing
           Switch.batch do
             names.each do |name|
               event = EVENTS.fetch(name)
-              @probes[name] ||= EventProbe.new(event, provider.add_tracepoint(event.probe, *EventProbe::TYPES))
+              @probes[name] ||= EventProbe.new(event, provider.add_tracepoint(event.probe, *EventProbe::TYPES,
+                                                                              latency: EventProbe::LATENCY))
             end
           end
           # Where probes cannot load nothing can attach: nothing to watch.

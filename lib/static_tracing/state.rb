@@ -6,7 +6,8 @@ require_relative "process_start"
 module StaticTracing
   # What this process publishes about its tracing, as `<pid>-<pidns>.state`
   # next to its stubs: mode, signal, whether tracing is on and, in attach
-  # mode, which probes' methods are wrapped now ("armed"). The
+  # mode, which probes' methods are wrapped now ("armed"); where its control
+  # channel is, what it records and the answer to the last request. The
   # `static-tracing` command reads it to enable, disable or toggle tracing
   # knowing the state, and never to send a signal the process does not
   # listen to.
@@ -20,10 +21,14 @@ module StaticTracing
       # Where the state was last published, or nil.
       attr_reader :path
 
+      # The first state published opens the control channel next to it,
+      # and is published again to say where that is.
       def publish
         return unless StaticTracing.supported?
 
         @path = Native.publish_state(JSON.generate(snapshot))
+        @path = Native.publish_state(JSON.generate(snapshot)) if Control.open_once
+        @path
       rescue StaticTracing::Error => e
         warn_unpublished(e.message)
         nil
@@ -41,6 +46,9 @@ module StaticTracing
           "enabled" => StaticTracing.enabled?,
           "armed" => (MethodTracing.armed_by_attach if Switch.attach_mode?),
           "block_errors" => Blocks.errors,
+          "control" => Control.path,
+          "recorder" => Recorder.status,
+          "recorder_reply" => Control.reply,
           "version" => VERSION,
           "ruby" => RUBY_VERSION
         }

@@ -5,19 +5,38 @@ module StaticTracing
   #
   # The native half implements #fire(*args) (checks the count and types of
   # the arguments, and fires if the provider is loaded and a tracer is
-  # attached; returns whether it fired), #enabled?, #latency_start,
+  # attached, or records if the recorder records it; returns whether it
+  # did), #enabled?, #latency_start,
   # #fire_latency, #name, #label, #provider and #types. Tracepoints are
   # made by their provider (Provider#add_tracepoint), which keeps them.
   class Tracepoint
     # The tracepoint +name+ of +provider+ (a name or a Provider), declared
-    # with +types+ if new; the provider is registered if needed.
-    def self.new(provider, name, *types)
+    # with +types+ if new; the provider is registered if needed. +latency+
+    # and +stack+: see Provider#add_tracepoint.
+    def self.new(provider, name, *types, latency: nil, stack: nil)
       unless provider.is_a?(Provider)
         Provider.check_declaration(provider, name, types) unless StaticTracing.providers.key?(provider)
         provider = Provider.register(provider)
       end
-      provider.add_tracepoint(name, *types)
+      provider.add_tracepoint(name, *types, latency:, stack:)
     end
+
+    # ArgumentError unless +latency+ is nil or the index of an Integer among
+    # +types+, and +stack+ nil or the index of a String.
+    def self.check_roles(name, types, latency:, stack:)
+      { latency: [latency, Integer], stack: [stack, String] }.each do |role, (index, type)|
+        next if index.nil? || (index.is_a?(Integer) && index >= 0 && types[index].equal?(type))
+
+        raise ArgumentError, "probe #{name}: #{role}: must be the index of #{type == Integer ? "an" : "a"} " \
+                             "#{type} among its types #{signature(types)}, got #{index.inspect}"
+      end
+    end
+
+    # The index of the argument that holds a duration in nanoseconds, or nil.
+    attr_reader :latency_argument
+
+    # The index of the argument that holds a folded stack, or nil.
+    attr_reader :stack_argument
 
     # "(Integer, String)"
     def self.signature(types)
@@ -54,9 +73,21 @@ module StaticTracing
       provider.loaded?
     end
 
+    # Whether the recorder records this probe now.
+    def recorded?
+      Recorder.armed?(self)
+    end
+
     def inspect
       "#<#{self.class} #{provider.name}:#{name}#{self.class.signature(types)}>"
     end
     alias to_s inspect
+
+    private
+
+    def assign_roles(latency, stack)
+      @latency_argument = latency
+      @stack_argument = stack
+    end
   end
 end

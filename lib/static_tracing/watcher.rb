@@ -5,8 +5,13 @@ require "io/wait"
 module StaticTracing
   # The one thread that does tracing's work in the background, started on
   # first use: it tells listeners when a tracer attaches to or leaves a
-  # watched tracepoint (attach mode arms methods so), and runs work put off
-  # for a moment (loading a burst of declared probes once).
+  # watched tracepoint (attach mode arms methods so), runs work put off for
+  # a moment (loading a burst of declared probes once), takes the requests
+  # of `static-tracing` (Control) and writes the recorder's snapshots when a
+  # trigger fires (Recorder).
+  #
+  # For a listener, a tracepoint the recorder records counts as attached:
+  # what a tracer would see, the recorder must see too.
   #
   # Noticing an attach is native (see ext/static_tracing/src/attach_watch.rs
   # for why it polls): a thread of its own reads the semaphores every
@@ -22,6 +27,10 @@ module StaticTracing
     @ids = {}.compare_by_identity
     # Watch id => whether a tracer is attached, as last told.
     @attached = {}
+    # Watch ids of the tracepoints the recorder records.
+    @recorded = {}
+    # The control channel (Control), read on this thread.
+    @control = nil
     # Key => [deadline, job], run once each.
     @jobs = {}
     @thread = nil
@@ -35,7 +44,8 @@ module StaticTracing
           start
           id = (@ids[tracepoint] ||= Native.watch_attach(tracepoint))
           (@listeners[id] ||= ObjectSpace::WeakMap.new)[listener] = true
-          listener.attach_changed(true) if @attached[id]
+          @recorded[id] = true if Recorder.armed?(tracepoint)
+          listener.attach_changed(true) if wanted?(id)
         end
       end
 
@@ -58,6 +68,37 @@ module StaticTracing
           Native.unwatch_attach(id)
           @listeners.delete(id)
           @attached.delete(id)
+          @recorded.delete(id)
+        end
+      end
+
+      # The recorder started or stopped recording +tracepoint+: its
+      # listeners are told as if a tracer attached or left.
+      def recording_changed(tracepoint, recorded)
+        @lock.synchronize do
+          id = @ids[tracepoint] or return
+          was = wanted?(id)
+          recorded ? @recorded[id] = true : @recorded.delete(id)
+          tell(id) unless wanted?(id) == was
+        end
+      end
+
+      # The write end of the pipe this thread waits on: a byte written to
+      # it wakes the thread (the recorder's trigger does, natively).
+      def wake_fd
+        @lock.synchronize do
+          start
+          @pipe[1].fileno
+        end
+      end
+
+      # Reads +io+ (the control channel) on this thread from now on, and
+      # calls Control.receive when it is readable; nil stops.
+      def control=(io)
+        @lock.synchronize do
+          @control = io
+          start
+          @pipe[1].write_nonblock(".", exception: false)
         end
       end
 
@@ -102,7 +143,7 @@ module StaticTracing
       # anything is watched or waiting.
       def restart_after_fork
         @pipe&.each { |io| io.close unless io.closed? }
-        @thread = @pipe = nil
+        @thread = @pipe = @control = nil
         return if @ids.empty? && @jobs.empty?
 
         @lock.synchronize { start }
@@ -127,14 +168,17 @@ module StaticTracing
       def run(reader)
         Thread.current.report_on_exception = false
         loop do
-          reader.wait_readable(next_wait)
+          control = @control
+          ready, = IO.select([reader, control].compact, nil, nil, next_wait)
           reader.read_nonblock(4096, exception: false)
+          Control.receive if control && ready&.include?(control)
           @lock.synchronize do
             changes = Native.attach_changes
-            changes.each { |id, attached| tell(id, attached) }
+            changes.each { |id, attached| attached_changed(id, attached) }
             State.publish unless changes.empty?
             run_due_jobs
           end
+          Recorder.take_trigger
         end
       rescue IOError
         nil # the pipe was closed
@@ -147,9 +191,20 @@ module StaticTracing
         end
       end
 
-      # A listener that fails is said once and does not stop the others.
-      def tell(id, attached)
+      def attached_changed(id, attached)
+        was = wanted?(id)
         @attached[id] = attached
+        tell(id) unless wanted?(id) == was
+      end
+
+      # Whether the listeners of watch +id+ are to act as if a tracer is attached.
+      def wanted?(id)
+        @attached[id] || @recorded.key?(id) ? true : false
+      end
+
+      # A listener that fails is said once and does not stop the others.
+      def tell(id)
+        attached = wanted?(id)
         @listeners[id]&.each do |listener, listening|
           listener.attach_changed(attached) if listening
         rescue StandardError, ScriptError => e

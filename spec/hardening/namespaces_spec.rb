@@ -39,9 +39,13 @@ module SharedAcrossNamespaces
     $provider.load
     StaticTracing::State.publish
 
-    # This process's files, as it sees them: path => [inode, contents].
+    # This process's files, as it sees them: path => [inode, contents] (a
+    # FIFO, its control channel, has none to read).
     def own_files
-      [$provider.path, StaticTracing::State.path].to_h { |path| [path, [File.stat(path).ino, File.binread(path)]] }
+      [$provider.path, StaticTracing::State.path, StaticTracing::Control.path].to_h do |path|
+        stat = File.stat(path)
+        [path, [stat.ino, stat.pipe? ? :fifo : File.binread(path)]]
+      end
     end
   RUBY
 end
@@ -80,7 +84,8 @@ RSpec.describe "Processes of different pid namespaces sharing a stub directory",
     files_by_process.each do |process, files|
       expect(process.evaluate("own_files")).to eq(files)
       files.each do |path, (inode, contents)|
-        expect([File.stat(path).ino, File.binread(path)]).to eq([inode, contents])
+        stat = File.stat(path)
+        expect([stat.ino, stat.pipe? ? :fifo : File.binread(path)]).to eq([inode, contents])
       end
     end
   end
@@ -90,7 +95,7 @@ RSpec.describe "Processes of different pid namespaces sharing a stub directory",
     second = namespaced
     expect([first.pid_inside, second.pid_inside]).to eq([2, 2])
     files = [first, second].to_h { |process| [process, process.evaluate("own_files")] }
-    expect(files.values.flat_map(&:keys).uniq.size).to eq(4)
+    expect(files.values.flat_map(&:keys).uniq.size).to eq(6)
     expect_intact(files)
 
     # Pid 2 does not exist in the third one's namespace: it must not take

@@ -361,7 +361,8 @@ RSpec.describe "Hostile stub directories" do
     escapes = ["../x", "a/b", "/etc/passwd", ".", "..", "", "a\0b", "x.so", "a\nb"]
     expect(child.evaluate("#{escapes.inspect}.map { |name| refused?(name) }")).to all(be(true))
     expect(Dir.children(dir))
-      .to match_array(paths.map { |path| File.basename(path) } + [StubNames.state_file(child.pid)])
+      .to match_array(paths.map { |path| File.basename(path) } +
+                      [StubNames.state_file(child.pid), StubNames.control_file(child.pid)])
     expect(File.stat(dir).mode & 0o7777).to eq(0o700)
     expect(warnings(child)).to be_empty
     expect_no_writable_executable_mapping(child)

@@ -20,6 +20,11 @@ module StubNames
     "#{process_key(pid)}.state"
   end
 
+  # The FIFO the process takes static-tracing's requests from.
+  def control_file(pid = Process.pid)
+    "#{process_key(pid)}.control"
+  end
+
   # Matches the base name of a stub file of +provider+ made by process +pid+.
   def stub_file_pattern(provider, pid = Process.pid)
     /\A#{provider}-#{process_key(pid)}-\d+\.so\z/

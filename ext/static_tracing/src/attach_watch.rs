@@ -115,14 +115,18 @@ pub fn take_changes() -> Vec<Change> {
 
 /// Sets where changes are announced (the write end of a pipe, which is
 /// duplicated: the caller keeps its own) and how long the poller sleeps
-/// between scans; starts the poller if this process has none.
+/// between scans; starts the poller if something is watched and this
+/// process has none.
 pub fn configure(wake_fd: RawFd, period: Duration) -> io::Result<()> {
     // SAFETY: the caller passes a descriptor it holds open for this call;
     // it is only duplicated here, never closed.
     let wake = unsafe { BorrowedFd::borrow_raw(wake_fd) }.try_clone_to_owned()?;
     let mut watch = lock();
-    // Also in a forked child, whose poller did not come along.
-    ensure_poller(&mut watch)?;
+    // Also in a forked child, whose poller did not come along; while
+    // nothing is watched there is no poller ([`watch`] starts one).
+    if !watch.entries.is_empty() {
+        ensure_poller(&mut watch)?;
+    }
     watch.wake = Some(File::from(wake));
     watch.period = period;
     if !watch.changes.is_empty() {

@@ -4,6 +4,7 @@
 
 mod attach_watch;
 mod internal_probes;
+mod recorder;
 mod ruby_api;
 mod site_slot;
 

@@ -31,10 +31,11 @@ module StaticTracing
       private
 
       # A probe declared while tracing is on is wrapped at once; in attach
-      # mode, it is watched.
+      # mode, it is watched; while the recorder records its tracepoint, wrapped.
       def arm_new(probe)
         want(probe, :switch) if Switch.enabled?
         Watcher.watch(probe.tracepoint, probe) if Switch.attach_mode?
+        Recorder.method_probe_declared(probe)
       end
     end
   end

@@ -32,7 +32,8 @@ module StaticTracing
       RUBY
     }.freeze
 
-    # Argument types of each kind's probes.
+    # Argument types of each kind's probes, and what the argument holds.
     TYPES = { latency: [Integer], stack: [String] }.freeze
+    ROLES = { latency: { latency: 0 }, stack: { stack: 0 } }.freeze
   end
 end

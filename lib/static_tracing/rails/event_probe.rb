@@ -13,6 +13,8 @@ module StaticTracing
     # a stack per fiber since events of one name nest (partials).
     class EventProbe
       TYPES = [Integer, String, Integer].freeze
+      # The duration, in ns.
+      LATENCY = 0
 
       attr_reader :event, :tracepoint
 

@@ -5,6 +5,7 @@ use magnus::{
     value::ReprValue, Error, Float, Integer, RArray, RClass, RString, Ruby, Symbol, TryConvert,
     Value,
 };
+use stapsdt::ring::Arg;
 use stapsdt::{ArgType, MAX_ARGS};
 
 pub fn type_name(arg: ArgType) -> &'static str {
@@ -96,6 +97,9 @@ fn short_inspect(ruby: &Ruby, value: Value) -> Option<String> {
 /// Ruby's buffer are copied; the copies live as long as this.
 pub struct Registers {
     pub values: [u64; 6],
+    /// The byte length of each String argument (the recorder keeps them
+    /// whole, where a tracer stops at the first NUL).
+    lengths: [usize; 6],
     copies: Vec<Vec<u8>>,
 }
 
@@ -103,7 +107,38 @@ impl Registers {
     pub fn new() -> Registers {
         Registers {
             values: [0; 6],
+            lengths: [0; 6],
             copies: Vec::new(),
+        }
+    }
+
+    /// The arguments as the recorder takes them, for a fire with `types`.
+    ///
+    /// # Safety
+    /// The Ruby strings given to `set` must not have changed or been
+    /// collected since (no Ruby code has run): the String arguments borrow
+    /// their bytes.
+    pub unsafe fn recorded(&self, types: &[ArgType]) -> RecordedArgs<'_> {
+        let mut args = [Arg::Int(0); MAX_ARGS];
+        for (index, &arg) in types.iter().enumerate() {
+            let value = self.values[index];
+            args[index] = match arg {
+                ArgType::Int64 => Arg::Int(value as i64),
+                ArgType::Float64 => Arg::Float(f64::from_bits(value)),
+                // SAFETY: `value` points to `lengths[index]` bytes of a live
+                // string or of one of `copies` (see `string_pointer`), kept
+                // as they are by the caller's guarantee.
+                ArgType::String => Arg::Str(unsafe {
+                    std::slice::from_raw_parts(
+                        std::ptr::with_exposed_provenance::<u8>(value as usize),
+                        self.lengths[index],
+                    )
+                }),
+            };
+        }
+        RecordedArgs {
+            args,
+            len: types.len(),
         }
     }
 
@@ -147,6 +182,7 @@ impl Registers {
                     return Err(mismatch(ruby, probe, index, arg, value));
                 };
                 if fire {
+                    self.lengths[index] = string.len();
                     self.string_pointer(string)
                 } else {
                     0
@@ -171,14 +207,28 @@ impl Registers {
             (bytes.as_ptr(), *bytes.as_ptr().add(bytes.len()) == 0)
         };
         if terminated {
-            return ptr as u64;
+            return ptr.expose_provenance() as u64;
         }
         // SAFETY: as above.
         let mut copy = unsafe { string.as_slice() }.to_vec();
         copy.push(0);
-        let address = copy.as_ptr() as u64;
+        let address = copy.as_ptr().expose_provenance() as u64;
         self.copies.push(copy);
         address
+    }
+}
+
+/// Up to six recorded arguments, on the stack.
+pub struct RecordedArgs<'a> {
+    args: [Arg<'a>; MAX_ARGS],
+    len: usize,
+}
+
+impl<'a> std::ops::Deref for RecordedArgs<'a> {
+    type Target = [Arg<'a>];
+
+    fn deref(&self) -> &[Arg<'a>] {
+        &self.args[..self.len]
     }
 }
 

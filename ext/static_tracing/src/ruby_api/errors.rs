@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 struct ErrorClasses {
     base: Opaque<ExceptionClass>,
     provider_load: Opaque<ExceptionClass>,
+    recorder: Opaque<ExceptionClass>,
 }
 
 static CLASSES: OnceLock<ErrorClasses> = OnceLock::new();
@@ -22,6 +23,7 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     let classes = ErrorClasses {
         base: resolve(ruby, "Error")?.into(),
         provider_load: resolve(ruby, "ProviderLoadError")?.into(),
+        recorder: resolve(ruby, "RecorderError")?.into(),
     };
     let _ = CLASSES.set(classes);
     Ok(())
@@ -60,6 +62,11 @@ pub fn base_error(ruby: &Ruby, message: String) -> Error {
 /// `StaticTracing::ProviderLoadError`: an image could not be loaded anywhere.
 pub fn provider_load_error(ruby: &Ruby, message: String) -> Error {
     Error::new(class(ruby, |classes| classes.provider_load), message)
+}
+
+/// `StaticTracing::RecorderError`: the recorder could not start, or snapshot.
+pub fn recorder_error(ruby: &Ruby, message: String) -> Error {
+    Error::new(class(ruby, |classes| classes.recorder), message)
 }
 
 pub fn argument_error(ruby: &Ruby, message: String) -> Error {

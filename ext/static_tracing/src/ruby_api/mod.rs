@@ -18,6 +18,7 @@ mod frames;
 mod native;
 mod provider;
 mod receiver;
+mod recorder;
 mod signals;
 mod tracepoint;
 mod visibility_hooks;

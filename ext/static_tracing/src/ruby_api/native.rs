@@ -2,7 +2,9 @@
 //! API on, defined here in one table. The functions live with the job they
 //! do (signals, frames, the watcher, ...); this file only names them for Ruby.
 
-use super::{c_method_wrapper, class_state, errors, frames, provider, root, signals, watcher};
+use super::{
+    c_method_wrapper, class_state, errors, frames, provider, recorder, root, signals, watcher,
+};
 use crate::{attach_watch, internal_probes};
 use magnus::{function, Error, Module, Object, Ruby};
 use stapsdt::names::NameKind;
@@ -66,5 +68,21 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     native.define_singleton_method("attach_changes", function!(watcher::changes, 0))?;
     native.define_singleton_method("configure_attach_watch", function!(watcher::configure, 2))?;
     native.define_singleton_method("attach_poller", function!(watcher::poller, 0))?;
+
+    // The recorder and the control channel its commands come through.
+    native.define_singleton_method("recorder_start", function!(recorder::start, 3))?;
+    native.define_singleton_method("recorder_stop", function!(recorder::stop, 0))?;
+    native.define_singleton_method("recorder_arm", function!(recorder::arm, 3))?;
+    native.define_singleton_method("recorder_disarm", function!(recorder::disarm, 1))?;
+    native.define_singleton_method("recorder_trigger", function!(recorder::set_trigger, 2))?;
+    native.define_singleton_method("recorder_status", function!(recorder::status, 0))?;
+    native.define_singleton_method("recorder_snapshot", function!(recorder::snapshot, 0))?;
+    native.define_singleton_method(
+        "recorder_take_trigger",
+        function!(recorder::take_trigger, 1),
+    )?;
+    native.define_singleton_method("recorder_after_fork", function!(recorder::after_fork, 0))?;
+    native.define_singleton_method("open_control", function!(recorder::open_control, 0))?;
+    native.define_singleton_method("close_control", function!(recorder::close_control, 0))?;
     Ok(())
 }

@@ -6,12 +6,14 @@ use super::provider::Provider;
 use super::receiver::{self, receiver};
 use super::root;
 use super::signals::nsec;
+use crate::recorder::{Mark, NO_TRIGGER};
 use crate::site_slot::SiteSlot;
 use magnus::{
     gc::Marker, method, prelude::*, typed_data::Obj, value::Opaque, DataTypeFunctions, Error,
     RArray, Ruby, Symbol, TypedData, Value,
 };
 use stapsdt::{ArgType, ProbeSpec};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 #[derive(TypedData)]
@@ -22,6 +24,10 @@ pub struct Tracepoint {
     label: String,
     spec: ProbeSpec,
     slot: Arc<SiteSlot>,
+    /// Whether the recorder records this probe, and as what.
+    mark: Mark,
+    /// A recorded latency above this (ns) fires the recorder's trigger.
+    trigger_above: AtomicU64,
 }
 
 impl DataTypeFunctions for Tracepoint {
@@ -42,7 +48,21 @@ impl Tracepoint {
             provider: provider.into(),
             spec,
             slot,
+            mark: Mark::default(),
+            trigger_above: AtomicU64::new(NO_TRIGGER),
         }
+    }
+
+    pub fn mark(&self) -> &Mark {
+        &self.mark
+    }
+
+    pub fn trigger_above(&self) -> &AtomicU64 {
+        &self.trigger_above
+    }
+
+    pub fn provider_name(&self, ruby: &Ruby) -> String {
+        ruby.get_inner(self.provider).name().to_owned()
     }
 
     /// The probe: its name and argument types.
@@ -88,12 +108,19 @@ impl Tracepoint {
         let site = rb_self.slot.get();
         // SAFETY: a site in the slot belongs to a loaded image, and the GVL we
         // hold keeps it loaded until this method returns.
-        let fire = site.is_some_and(|site| unsafe { site.is_enabled() });
+        let traced = site.is_some_and(|site| unsafe { site.is_enabled() });
+        let recording = rb_self.mark.target();
+        let fire = traced || recording.is_some();
         let mut registers = Registers::new();
         for (index, (&arg, &value)) in types.iter().zip(args).enumerate() {
             registers.set(ruby, &rb_self.label, index, arg, value, fire)?;
         }
-        if let (true, Some(site)) = (fire, site) {
+        if let Some(recording) = recording {
+            // SAFETY: the strings' bytes stay valid until `registers` is
+            // dropped, after the call (no Ruby code runs meanwhile).
+            recording.record(nsec() as u64, &unsafe { registers.recorded(types) });
+        }
+        if let (true, Some(site)) = (traced, site) {
             // SAFETY: as above; string pointers in the registers stay valid
             // until `registers` is dropped, after the call.
             unsafe { site.fire(&registers.values) };
@@ -129,16 +156,24 @@ impl Tracepoint {
                 ),
             ));
         };
-        let site = rb_self.slot.get();
         // SAFETY: as in `fire`: a site in the slot belongs to a loaded image,
         // kept loaded by the GVL this call holds.
-        let Some(site) = site.filter(|site| unsafe { site.is_enabled() }) else {
+        let site = (rb_self.slot.get()).filter(|site| unsafe { site.is_enabled() });
+        let recording = rb_self.mark.target();
+        if site.is_none() && recording.is_none() {
             return Ok(false);
-        };
-        let mut registers = [0u64; 6];
-        registers[0] = now.wrapping_sub(started) as u64;
-        // SAFETY: as above; the only argument is an integer.
-        unsafe { site.fire(&registers) };
+        }
+        let latency = now.wrapping_sub(started);
+        if let Some(recording) = recording {
+            recording.record_integer(now as u64, latency);
+            recording.check_trigger(&rb_self.trigger_above, now as u64, latency);
+        }
+        if let Some(site) = site {
+            let mut registers = [0u64; 6];
+            registers[0] = latency as u64;
+            // SAFETY: as above; the only argument is an integer.
+            unsafe { site.fire(&registers) };
+        }
         Ok(true)
     }
 
@@ -181,8 +216,9 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     Ok(())
 }
 
-/// Whether a tracer is attached to the probe of `rb_self`, a receiver Ruby
-/// passed to one of our plain methods. Never raises.
+/// Whether the probe of `rb_self`, a receiver Ruby passed to one of our
+/// plain methods, is wanted: a tracer is attached, or the recorder records
+/// it. Never raises.
 fn attached(rb_self: rb_sys::VALUE) -> bool {
     // SAFETY: a live VALUE passed by Ruby as the receiver.
     let value = unsafe { <Value as magnus::rb_sys::FromRawValue>::from_raw(rb_self) };
@@ -193,6 +229,7 @@ fn attached(rb_self: rb_sys::VALUE) -> bool {
             .slot
             .get()
             .is_some_and(|site| unsafe { site.is_enabled() })
+            || tracepoint.mark.is_recorded()
     })
 }
 

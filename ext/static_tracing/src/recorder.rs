@@ -1,0 +1,335 @@
+//! The process's recorder: at most one ring at a time (see
+//! `stapsdt::ring_file`), and which tracepoints it records.
+//!
+//! A tracepoint carries a [`Mark`]: the generation of the recording that
+//! armed it and its probe's id in that ring. A mark of an older generation
+//! (a recording stopped, another started) counts for nothing, so a mark
+//! can never send records into a ring whose probe table does not hold it.
+//!
+//! # Why the references handed out here hold
+//!
+//! The current recording is replaced or dropped only by [`start`] and
+//! [`stop`], which the binding calls with the GVL held; records are written
+//! only by `Tracepoint#fire` and `#fire_latency`, which hold the GVL from
+//! start to end and never release it. So no thread is writing into a ring
+//! while it is unmapped. The one exception is a forked child, where the
+//! fork handler takes the parent's ring away before any Ruby code runs in
+//! the child (see [`forget_inherited`]).
+
+use stapsdt::ring::{Arg, Ring, RingConfig};
+use stapsdt::ring_file::{RingFile, RingFileError};
+use std::cell::Cell;
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::{BorrowedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+/// A recording: its ring, and what makes it write a snapshot.
+pub struct Recording {
+    file: RingFile,
+    generation: u32,
+    /// Written to when a call exceeds its trigger's threshold.
+    wake: Option<File>,
+    /// Set by the first call over a threshold; taken by [`take_trigger`].
+    triggered: AtomicBool,
+    /// The probe id and latency of the call that set `triggered`.
+    trigger_probe: AtomicU32,
+    trigger_latency: AtomicU64,
+    /// No trigger wakes anyone before this time (monotonic ns): at most
+    /// one snapshot an interval.
+    quiet_until: AtomicU64,
+}
+
+static CURRENT: AtomicPtr<Recording> = AtomicPtr::new(std::ptr::null_mut());
+/// The recording a forked child inherited from its parent: not written to,
+/// only let go of (see [`forget_inherited`]).
+static INHERITED: AtomicPtr<Recording> = AtomicPtr::new(std::ptr::null_mut());
+static GENERATION: AtomicU32 = AtomicU32::new(0);
+/// Forks so far in this process's line: a thread id cached before a fork
+/// is not the child's.
+static FORKS: AtomicU32 = AtomicU32::new(0);
+
+/// Which recording records a tracepoint, and as which probe of its ring:
+/// `generation << 32 | (id + 1)`, 0 for none, `generation << 32 |
+/// TABLE_FULL` when the ring's probe table had no room (its calls are
+/// counted as dropped).
+#[derive(Default, Debug)]
+pub struct Mark(AtomicU64);
+
+const TABLE_FULL: u64 = u32::MAX as u64;
+
+/// What a marked tracepoint records into.
+pub struct Target<'a> {
+    recording: &'a Recording,
+    /// None: the probe table was full.
+    probe: Option<u32>,
+}
+
+impl Mark {
+    fn set(&self, generation: u32, probe: Option<u32>) {
+        let id = probe.map_or(TABLE_FULL, |id| u64::from(id) + 1);
+        self.0
+            .store(u64::from(generation) << 32 | id, Ordering::Relaxed);
+    }
+
+    pub fn clear(&self) {
+        self.0.store(0, Ordering::Relaxed);
+    }
+
+    /// Where this tracepoint's calls are recorded now, if they are. The
+    /// caller holds the GVL (see the module docs), which keeps the
+    /// recording alive for as long as it holds the reference.
+    #[inline]
+    pub fn target(&self) -> Option<Target<'_>> {
+        let mark = self.0.load(Ordering::Relaxed);
+        if mark == 0 {
+            return None;
+        }
+        // SAFETY: see the module docs: the pointer is either null or a
+        // recording that is dropped only by a caller holding the GVL, as
+        // ours does until it is done with the reference.
+        let recording = unsafe { CURRENT.load(Ordering::Acquire).as_ref() }?;
+        if u64::from(recording.generation) != mark >> 32 {
+            return None;
+        }
+        let id = mark & 0xffff_ffff;
+        Some(Target {
+            recording,
+            probe: (id != TABLE_FULL).then(|| (id - 1) as u32),
+        })
+    }
+
+    /// Whether a recording records this tracepoint now.
+    #[inline]
+    pub fn is_recorded(&self) -> bool {
+        self.target().is_some()
+    }
+}
+
+impl Target<'_> {
+    fn ring(&self) -> &Ring {
+        self.recording.file.ring()
+    }
+
+    /// Records a call of a probe with one Integer argument.
+    #[inline]
+    pub fn record_integer(&self, time_ns: u64, value: i64) {
+        match self.probe {
+            Some(probe) => {
+                self.ring()
+                    .record_integer(probe, time_ns, thread_id(), value);
+            }
+            None => self.ring().count_dropped(),
+        }
+    }
+
+    /// Records a call with any arguments.
+    pub fn record(&self, time_ns: u64, args: &[Arg<'_>]) {
+        match self.probe {
+            Some(probe) => {
+                self.ring().record(probe, time_ns, thread_id(), args);
+            }
+            None => self.ring().count_dropped(),
+        }
+    }
+
+    /// A latency was measured: past `threshold`, the first such call an
+    /// interval wakes the thread that writes snapshots.
+    #[inline]
+    pub fn check_trigger(&self, threshold: &AtomicU64, now: u64, latency: i64) {
+        if latency <= 0 || latency as u64 <= threshold.load(Ordering::Relaxed) {
+            return;
+        }
+        let recording = self.recording;
+        if now < recording.quiet_until.load(Ordering::Relaxed)
+            || recording.triggered.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        recording
+            .trigger_probe
+            .store(self.probe.unwrap_or(u32::MAX), Ordering::Relaxed);
+        recording
+            .trigger_latency
+            .store(latency as u64, Ordering::Relaxed);
+        if let Some(mut wake) = recording.wake.as_ref() {
+            // A full pipe has a byte waiting already: nothing is lost.
+            let _ = wake.write(&[0]);
+        }
+    }
+}
+
+/// The trigger threshold of a tracepoint that has none.
+pub const NO_TRIGGER: u64 = u64::MAX;
+
+/// Starts recording into a new ring laid out as `config` says (pid and
+/// clock anchors are filled in here); `wake_fd` (duplicated here) is
+/// written to when a trigger fires. Returns the ring file's path.
+pub fn start(mut config: RingConfig, wake_fd: Option<RawFd>) -> Result<String, String> {
+    on_fork();
+    if !CURRENT.load(Ordering::Acquire).is_null() {
+        return Err("a recording is running already".into());
+    }
+    let key = stapsdt::stub_dir::ProcessKey::current();
+    config.pid = key.pid as u64;
+    config.pid_namespace = key.pid_namespace;
+    (config.anchor_monotonic_ns, config.anchor_realtime_ns) = clock_anchors();
+    let wake = wake_fd
+        .map(|fd| {
+            // SAFETY: the caller passes a descriptor it holds open for this
+            // call; it is only duplicated here, never closed.
+            unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()
+        })
+        .transpose()
+        .map_err(|err| format!("cannot keep the trigger's pipe: {err}"))?
+        .map(File::from);
+    let file = RingFile::create(&config).map_err(|err: RingFileError| err.to_string())?;
+    let path = file.path().display().to_string();
+    let generation = GENERATION.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+    let recording = Box::new(Recording {
+        file,
+        generation,
+        wake,
+        triggered: AtomicBool::new(false),
+        trigger_probe: AtomicU32::new(0),
+        trigger_latency: AtomicU64::new(0),
+        quiet_until: AtomicU64::new(0),
+    });
+    CURRENT.store(Box::into_raw(recording), Ordering::Release);
+    Ok(path)
+}
+
+/// Stops the recording, if one runs: its ring file is removed (the caller
+/// has read what it wanted from it) and every mark of it counts for nothing.
+pub fn stop() {
+    let current = CURRENT.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    if !current.is_null() {
+        // SAFETY: made by `Box::into_raw` in `start` and taken out of
+        // CURRENT just now, so owned here alone; no thread writes into it
+        // (see the module docs).
+        drop(unsafe { Box::from_raw(current) });
+    }
+}
+
+/// Runs `f` on the current recording, if there is one.
+pub fn with_current<R>(f: impl FnOnce(&Recording) -> R) -> Option<R> {
+    // SAFETY: as in `Mark::target`: our caller holds the GVL.
+    unsafe { CURRENT.load(Ordering::Acquire).as_ref() }.map(f)
+}
+
+impl Recording {
+    pub fn ring(&self) -> &Ring {
+        self.file.ring()
+    }
+
+    pub fn path(&self) -> String {
+        self.file.path().display().to_string()
+    }
+
+    pub fn file_len(&self) -> usize {
+        self.file.len()
+    }
+
+    /// Adds a probe to the ring's table and marks `mark` with it; returns
+    /// its id, or None when the table is full: the probe's calls are then
+    /// counted as dropped.
+    pub fn arm(
+        &self,
+        mark: &Mark,
+        provider: &str,
+        probe: &str,
+        types: &[stapsdt::ArgType],
+        latency_arg: Option<u8>,
+        stack_arg: Option<u8>,
+    ) -> Option<u32> {
+        let id = self
+            .ring()
+            .add_probe(provider, probe, types, latency_arg, stack_arg)
+            .ok();
+        mark.set(self.generation, id);
+        id
+    }
+
+    /// The probe id and latency of the call that fired a trigger since the
+    /// last call, if one did; no trigger fires again before `quiet_until`.
+    pub fn take_trigger(&self, quiet_until: u64) -> Option<(u32, u64)> {
+        if !self.triggered.load(Ordering::Acquire) {
+            return None;
+        }
+        self.quiet_until.store(quiet_until, Ordering::Relaxed);
+        let taken = (
+            self.trigger_probe.load(Ordering::Relaxed),
+            self.trigger_latency.load(Ordering::Relaxed),
+        );
+        self.triggered.store(false, Ordering::Release);
+        Some(taken)
+    }
+}
+
+/// A forked child lets go of the ring it inherited from its parent (the
+/// fork handler took it out of use at once; dropping it needs locks that
+/// only the GVL-holding side may take). The parent's file stays.
+pub fn forget_inherited() {
+    let inherited = INHERITED.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    if !inherited.is_null() {
+        // SAFETY: made by `Box::into_raw` in `start`, moved here by the fork
+        // handler, and taken out just now: owned here alone. The child
+        // never wrote into it.
+        drop(unsafe { Box::from_raw(inherited) });
+    }
+}
+
+/// This thread's id, from the kernel once per thread (and again after a
+/// fork, where the one thread left has a new id).
+#[inline]
+fn thread_id() -> u32 {
+    thread_local! {
+        static CACHED: Cell<(u32, u32)> = const { Cell::new((u32::MAX, 0)) };
+    }
+    let forks = FORKS.load(Ordering::Relaxed);
+    CACHED.with(|cached| {
+        let (seen_at, tid) = cached.get();
+        if seen_at == forks {
+            return tid;
+        }
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() } as u32;
+        cached.set((forks, tid));
+        tid
+    })
+}
+
+/// CLOCK_MONOTONIC and CLOCK_REALTIME read together: the second between
+/// two reads of the first, so that the anchor is off by half a read at most.
+fn clock_anchors() -> (u64, i64) {
+    let read = |clock| {
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `now` is a valid out-pointer; both clocks always exist.
+        unsafe { libc::clock_gettime(clock, &mut now) };
+        now.tv_sec * 1_000_000_000 + now.tv_nsec
+    };
+    let before = read(libc::CLOCK_MONOTONIC);
+    let realtime = read(libc::CLOCK_REALTIME);
+    let after = read(libc::CLOCK_MONOTONIC);
+    ((before + (after - before) / 2) as u64, realtime)
+}
+
+/// Registers, once, the fork handler that takes the parent's recording
+/// out of use in the child before anything in it runs: the child's calls
+/// must not go into its parent's ring (nor be counted as recorded).
+fn on_fork() {
+    static REGISTERED: OnceLock<libc::c_int> = OnceLock::new();
+    extern "C" fn in_child() {
+        FORKS.fetch_add(1, Ordering::Relaxed);
+        let inherited = CURRENT.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        if !inherited.is_null() {
+            INHERITED.store(inherited, Ordering::Release);
+        }
+    }
+    // SAFETY: a handler that only touches atomics, registered once.
+    REGISTERED.get_or_init(|| unsafe { libc::pthread_atfork(None, None, Some(in_child)) });
+}

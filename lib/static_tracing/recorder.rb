@@ -1,0 +1,274 @@
+# frozen_string_literal: true
+
+require "securerandom"
+require_relative "recording_options"
+require_relative "recorder/snapshots"
+
+module StaticTracing
+  # The recorder: the same probes a tracer attaches to, recorded by the
+  # process itself into a ring of small records in a file next to its stubs
+  # (docs/recording.md), where `static-tracing` reads them with no root, no
+  # capability and no BPF.
+  #
+  #   StaticTracing::Recorder.start(flight: true, size: "16M", dump_when: "my_controller:show > 250ms")
+  #   StaticTracing::Recorder.dump("/tmp/now.trace")
+  #   StaticTracing::Recorder.stop
+  #
+  # Only the probes the patterns name are armed: their methods wrapped,
+  # their blocks run, their calls recorded; a probe declared later that
+  # matches is armed when it is declared. Stopping disarms them all, and
+  # what tracing does without the recorder goes on as before. One recording
+  # at a time. `static-tracing record PID` starts one from outside (through
+  # Control); STATIC_TRACING_RECORD, with the command's options, starts one
+  # when the gem loads, in this process and in every process forked from it.
+  module Recorder
+    @lock = StaticTracing::STATE_LOCK
+    @recording = nil
+
+    # A running recording. +by+: :process (this process's own code or
+    # environment: forked children start their own) or :command (the
+    # command that asked for it reads it; children start clean). +armed+:
+    # tracepoint => its probe id in the ring (nil: the ring's probe table
+    # was full, its calls are counted as dropped). +lease_until+: a command's recording stops by
+    # itself when the command stops renewing it (monotonic seconds).
+    Recording = Struct.new(:id, :by, :settings, :path, :armed, :dumps, :lease, :lease_until,
+                           keyword_init: true)
+
+    class << self
+      # Starts recording the probes +probes+ name (patterns "provider:probe"
+      # with * and ? wildcards; none for every probe). +flight+: keep the
+      # newest records, overwriting the oldest (a flight recorder; take
+      # snapshots with #dump); without it the ring waits for a reader and
+      # counts what it cannot hold as dropped. +size+: of the ring's
+      # records, e.g. "16M" (rounded up to a power of two). +dump_when+:
+      # "provider:probe > 250ms": a call of that latency probe slower than
+      # that writes a snapshot into +dump_dir+ (the stub directory unless
+      # given), at most one every +dump_interval+ seconds and +max_dumps+ in
+      # all; it implies +flight+. Raises ArgumentError for a bad setting and
+      # RecorderError when the ring cannot be made (the message says why);
+      # either way nothing changes. Returns #status.
+      def start(**settings)
+        begin_recording(RecordingOptions.settings(**settings), id: SecureRandom.hex(8), by: :process)
+        status
+      end
+
+      # Stops the recording: every probe it armed is disarmed, and its ring
+      # file removed. Returns false when nothing was recording.
+      def stop
+        @lock.synchronize do
+          recording = @recording or return false
+
+          @recording = nil
+          recording.armed.each_key { |tracepoint| disarm(tracepoint) }
+          Native.recorder_stop
+          State.publish
+          true
+        end
+      end
+
+      def recording?
+        !@recording.nil?
+      end
+
+      # Whether the running recording records +tracepoint+.
+      def armed?(tracepoint)
+        @recording&.armed&.key?(tracepoint) ? true : false
+      end
+
+      # Writes what the ring holds now as a trace file at +path+ (created,
+      # mode 0600, never over an existing file); returns the path.
+      def dump(path)
+        bytes = @lock.synchronize do
+          raise RecorderError, "nothing is being recorded, so there is nothing to dump" unless @recording
+
+          Native.recorder_snapshot
+        end
+        Snapshots.write(path, bytes)
+      end
+
+      # What the recording is, for State (and so for `static-tracing`), or nil.
+      def status
+        @lock.synchronize do
+          recording = @recording or return nil
+
+          settings = recording.settings
+          { "id" => recording.id, "by" => recording.by.to_s, "ring" => recording.path,
+            "flight" => settings.flight, "size" => RecordingOptions.slots_size(settings.ring_size),
+            "probes" => settings.probes, "armed" => recording.armed.size,
+            "dump_when" => settings.dump_when&.to_s,
+            "dump_dir" => settings.dump_when && Snapshots.directory(settings),
+            "dumps" => recording.dumps, "leased" => !recording.lease.nil? }
+        end
+      end
+
+      # For Control: starts the recording a command asked for (+settings+
+      # as Settings#to_h sent them), which stops by itself +lease+ seconds
+      # after the last #renew, if a lease is given (a command that follows
+      # the ring renews it; a flight recording has none).
+      def start_for_command(id, settings, lease)
+        lease = Float(lease) if lease
+        begin_recording(RecordingOptions.from_h(settings), id:, by: :command, lease:)
+      end
+
+      # For Control: the command following recording +id+ is still there.
+      def renew(id)
+        @lock.synchronize do
+          recording = @recording
+          raise RecorderError, "recording #{id} is not running" unless recording&.id == id && recording.lease
+
+          recording.lease_until = now + recording.lease
+        end
+      end
+
+      # For Control: stops recording +id+, or whichever runs when nil.
+      # False when nothing was recording.
+      def stop_recording(id)
+        @lock.synchronize do
+          recording = @recording or return false
+          raise RecorderError, "another recording runs now (#{recording.id})" if id && recording.id != id
+
+          stop
+        end
+      end
+
+      # Called as a tracepoint is declared: one a running recording's
+      # patterns name is recorded from now on.
+      def declared(tracepoint)
+        return unless @recording
+
+        @lock.synchronize { arm(tracepoint) if @recording && matches?(@recording, tracepoint) }
+      end
+
+      # Called as a method probe is declared: its method is wrapped if its
+      # tracepoint is recorded.
+      def method_probe_declared(probe)
+        return unless @recording
+
+        @lock.synchronize do
+          MethodTracing.want(probe, :record) if @recording&.armed&.key?(probe.tracepoint)
+        end
+      end
+
+      # Called by the Watcher when it wakes: a call exceeded a trigger's
+      # threshold, so a snapshot is written (at most one an interval, and
+      # max_dumps in all).
+      def take_trigger
+        return unless @recording
+
+        @lock.synchronize do
+          recording = @recording or return
+          settings = recording.settings
+          taken = Native.recorder_take_trigger(now_ns + (settings.dump_interval * 1e9).to_i) or return
+
+          Snapshots.after_trigger(recording, *taken)
+        end
+      end
+
+      # In a forked child: the parent's ring is let go of. A recording the
+      # process started for itself starts again in the child, with the same
+      # settings; one a command asked for does not (it reads the parent).
+      def restart_after_fork
+        Native.recorder_after_fork
+        recording = @recording or return
+
+        @recording = nil
+        recording.armed.each_key { |tracepoint| disarm(tracepoint) }
+        begin_recording(recording.settings, id: SecureRandom.hex(8), by: :process) if recording.by == :process
+      rescue StandardError => e
+        warn("static_tracing: process #{Process.pid} does not record: #{e.class}: #{e.message}")
+      end
+
+      # STATIC_TRACING_RECORD: the options of `static-tracing record`
+      # (probe patterns, --flight, --size, --dump-when, ...). Never stops
+      # the application from booting: a bad value is warned about.
+      def configure_from_environment(env = ENV)
+        value = env["STATIC_TRACING_RECORD"].to_s
+        return if value.strip.empty?
+
+        begin_recording(RecordingOptions.parse_arguments(value), id: SecureRandom.hex(8), by: :process)
+      rescue ArgumentError, StaticTracing::Error => e
+        warn("static_tracing: STATIC_TRACING_RECORD=#{value.inspect} not applied: #{e.message}", uplevel: nil)
+      end
+
+      private
+
+      def begin_recording(settings, id:, by:, lease: nil)
+        @lock.synchronize do
+          raise RecorderError, already_recording(@recording) if @recording
+          raise RecorderError, "probes cannot be recorded on #{RUBY_PLATFORM}" unless StaticTracing.supported?
+
+          path = Native.recorder_start(settings.ring_size, settings.flight, Watcher.wake_fd)
+          @recording = Recording.new(id:, by:, settings:, path:, armed: {}.compare_by_identity, dumps: [],
+                                     lease:, lease_until: lease && (now + lease))
+          arm_matching(@recording)
+          keep_lease if lease
+          State.publish
+        end
+      end
+
+      def already_recording(recording)
+        "a recording is running already (#{recording.settings.flight ? "flight, " : ""}started by " \
+          "#{recording.by == :command ? "static-tracing record" : "the process itself"}, ring " \
+          "#{recording.path}); stop it first (static-tracing record PID --stop, or StaticTracing::Recorder.stop)"
+      end
+
+      def arm_matching(recording)
+        methods = MethodTracing.probes.group_by(&:tracepoint)
+        StaticTracing.providers.each do |provider|
+          provider.tracepoints.each_value do |tracepoint|
+            arm(tracepoint, methods.fetch(tracepoint, [])) if matches?(recording, tracepoint)
+          end
+        end
+      end
+
+      def matches?(recording, tracepoint)
+        RecordingOptions.match?(recording.settings.probes, tracepoint.provider.name, tracepoint.name)
+      end
+
+      def arm(tracepoint, method_probes = MethodTracing.probes_of(tracepoint))
+        recording = @recording
+        return if recording.armed.key?(tracepoint)
+
+        recording.armed[tracepoint] =
+          Native.recorder_arm(tracepoint, tracepoint.latency_argument, tracepoint.stack_argument)
+        trigger = recording.settings.dump_when
+        if trigger && tracepoint.latency_argument &&
+           RecordingOptions.match?([trigger.pattern], tracepoint.provider.name, tracepoint.name)
+          Native.recorder_trigger(tracepoint, trigger.threshold_ns)
+        end
+        method_probes.each { |probe| MethodTracing.want(probe, :record) }
+        Watcher.recording_changed(tracepoint, true)
+      end
+
+      def disarm(tracepoint)
+        Native.recorder_disarm(tracepoint)
+        MethodTracing.probes_of(tracepoint).each { |probe| MethodTracing.unwant(probe, :record) }
+        Watcher.recording_changed(tracepoint, false)
+      end
+
+      # A command's recording lives while the command renews it.
+      def keep_lease
+        Watcher.soon(%i[recorder lease], 1.0) do
+          recording = @recording
+          next unless recording&.lease
+
+          if now > recording.lease_until
+            warn("static_tracing: stopped recording #{recording.id}: static-tracing stopped asking for it " \
+                 "(it exited without stopping it)")
+            stop
+          else
+            keep_lease
+          end
+        end
+      end
+
+      def now
+        Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      end
+
+      def now_ns
+        Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)
+      end
+    end
+  end
+end

@@ -1,0 +1,58 @@
+# frozen_string_literal: true
+
+module StaticTracing
+  module Recorder
+    # Snapshots the process writes itself: the ring as a trace file, when
+    # Recorder.dump asks or a call exceeds a trigger's threshold (see
+    # RecordingOptions::Trigger). A trigger's snapshots go to its dump
+    # directory (the stub directory unless one is given), named after the
+    # process, the probe and the time, never over an existing file.
+    module Snapshots
+      module_function
+
+      # Writes the snapshot a trigger asked for: +probe_id+'s call took
+      # +latency+ ns. After max_dumps of them the triggers are taken away.
+      # Says what it wrote on stderr, where an operator sees it; a snapshot
+      # that cannot be written is said too, and recording goes on.
+      def after_trigger(recording, probe_id, latency)
+        settings = recording.settings
+        tracepoint = recording.armed.key(probe_id)
+        path = write(File.join(directory(settings), file_name(recording, tracepoint)), Native.recorder_snapshot)
+        recording.dumps << path
+        last = recording.dumps.size >= settings.max_dumps
+        recording.armed.each_key { |each| Native.recorder_trigger(each, nil) } if last
+        State.publish
+        warn("static_tracing: #{label(tracepoint)} took #{Durations.format(latency)} (#{settings.dump_when}): " \
+             "wrote #{path}#{"; that is the last of the #{settings.max_dumps} snapshots allowed" if last}")
+      rescue SystemCallError, StaticTracing::Error => e
+        warn("static_tracing: could not write the snapshot #{label(tracepoint)} asked for: #{e.message}")
+      end
+
+      # Where a trigger's snapshots go.
+      def directory(settings)
+        settings.dump_dir || (State.path && File.dirname(State.path)) or
+          raise RecorderError, "no directory for snapshots: this process has no stub directory (give dump_dir:)"
+      end
+
+      # `<pid>-<provider>-<probe>-<UTC time>-<n>.trace`
+      def file_name(recording, tracepoint)
+        [Process.pid, tracepoint&.provider&.name, tracepoint&.name, Time.now.utc.strftime("%Y%m%dT%H%M%S"),
+         recording.dumps.size + 1].compact.join("-") << ".trace"
+      end
+
+      def label(tracepoint)
+        tracepoint ? "#{tracepoint.provider.name}:#{tracepoint.name}" : "a probe"
+      end
+
+      # A new file, never over an existing one nor through a link.
+      def write(path, bytes)
+        File.open(path, File::WRONLY | File::CREAT | File::EXCL | File::NOFOLLOW | File::BINARY, 0o600) do |file|
+          file.write(bytes)
+        end
+        path
+      rescue SystemCallError => e
+        raise RecorderError, "cannot write #{path}: #{SystemCallError.new(nil, e.errno).message}"
+      end
+    end
+  end
+end
