@@ -45,14 +45,9 @@ module StaticTracing
         end
       end
 
-      # The commands that --help lists.
-      def listed_commands
-        commands.select { |_, command| command.listed? }
-      end
-
       def help_text
-        width = listed_commands.keys.map(&:size).max
-        lines = listed_commands.map { |name, command| format("    %-#{width}s  %s", name, command.summary) }
+        width = commands.keys.map(&:size).max
+        lines = commands.map { |name, command| format("    %-#{width}s  %s", name, command.summary) }
         <<~HELP
           Usage: #{PROGRAM} COMMAND [options]
 
@@ -97,7 +92,7 @@ module StaticTracing
       end
 
       def usage_error(err, message)
-        report(err, "#{PROGRAM}: #{message} (commands: #{listed_commands.keys.join(", ")}; see #{PROGRAM} --help)",
+        report(err, "#{PROGRAM}: #{message} (commands: #{commands.keys.join(", ")}; see #{PROGRAM} --help)",
                EXIT_USAGE)
       end
 
@@ -114,4 +109,5 @@ require_relative "cli/command"
 require_relative "cli/list"
 require_relative "cli/latency"
 require_relative "cli/switch"
+require_relative "cli/record"
 require_relative "cli/report"

@@ -312,10 +312,8 @@ RSpec.describe "static-tracing report" do
                                                 "regular file\n")
     end
 
-    # Not listed while the recorder that writes its files is not released
-    # (docs/recording.md): the README's help shows the commands that are.
-    it "runs, though `static-tracing --help` does not list it yet" do
-      expect(cli("--help").stdout).not_to include("report")
+    it "is listed in static-tracing --help, with the commands that write its files" do
+      expect(cli("--help").stdout).to match(/^    record .*\n    dump .*\n    report +Summarize recorded trace files/)
       expect(cli("report", trace("a.trace", [])).exitstatus).to eq(0)
     end
 

@@ -20,19 +20,12 @@ module StaticTracing
       class << self
         attr_reader :command_name, :arguments, :summary, :description
 
-        # +listed+ false leaves the command out of `static-tracing --help`
-        # and of the commands a usage error names; it runs all the same.
-        def command(name, arguments:, summary:, description: nil, listed: true)
+        def command(name, arguments:, summary:, description: nil)
           @command_name = name
           @arguments = arguments
           @summary = summary
           @description = description
-          @listed = listed
           CLI.register(name, self)
-        end
-
-        def listed?
-          @listed
         end
 
         def help_text

@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require_relative "../durations"
+
 module StaticTracing
   module CLI
     # Latency histograms as bpftrace prints them: power-of-two buckets of
@@ -9,9 +11,6 @@ module StaticTracing
     # so that both look alike. #print_histogram writes to #out, as a Command has.
     module Histogram
       BAR_WIDTH = 52
-      DURATION_UNITS = [["s", 1e9], ["ms", 1e6], ["us", 1e3]].freeze
-      # The least fraction of a unit that three significant digits round to 1.
-      ROUNDS_TO_ONE = 0.9995
 
       module_function
 
@@ -76,17 +75,12 @@ module StaticTracing
       # three significant digits: 999ns, 1.5us, 1s (not 1000ms, which is
       # what 999.9ms rounds to in milliseconds).
       def duration(nanoseconds)
-        return "?" unless nanoseconds
-
-        unit, scale = DURATION_UNITS.find { |_, size| nanoseconds.abs >= size * ROUNDS_TO_ONE } || ["ns", 1]
-        "#{format_number(nanoseconds / scale.to_f, digits: 3)}#{unit}"
+        Durations.format(nanoseconds)
       end
 
       # Up to +digits+ significant digits, no trailing zeros: 1.02, 16.4, 131.
       def format_number(value, digits: 3)
-        decimals = [digits - value.abs.floor.to_s.size, 0].max
-        text = format("%.#{decimals}f", value)
-        text.include?(".") ? text.sub(/0+\z/, "").delete_suffix(".") : text
+        Durations.number(value, digits:)
       end
 
       private

@@ -35,14 +35,25 @@ module StaticTracing
       # A published state. +path+ is the file it was read from.
       # +armed+: in mode attach, the probes ("provider:probe") whose method is wrapped now.
       # +block_errors+: tracepoint blocks that failed while traced (StaticTracing.tracepoint).
-      Published = Struct.new(:path, :mode, :signal, :signal_number, :enabled, :armed, :block_errors, :version,
-                             :ruby, keyword_init: true) do
+      # +control+: the FIFO the process takes requests from (`record`), nil
+      # if it has none. +recorder+: what it records (a Hash, see
+      # StaticTracing::Recorder.status), or nil; +recorder_reply+: its answer
+      # to the last request ({"id", "ok", "message"}), or nil.
+      Published = Struct.new(:path, :mode, :signal, :signal_number, :enabled, :armed, :block_errors, :control,
+                             :recorder, :recorder_reply, :version, :ruby, keyword_init: true) do
         def signal_name
           "SIG#{signal}"
         end
 
+        # The directory the state file is in, as the process sees it: its
+        # control channel and ring are trusted only there.
+        def dir
+          File.dirname(path)
+        end
+
         def to_h
-          { mode:, signal:, signal_number:, enabled:, armed:, block_errors:, state_file: path, version: }.compact
+          { mode:, signal:, signal_number:, enabled:, armed:, block_errors:, recorder:, state_file: path,
+            version: }.compact
         end
       end
 
@@ -195,7 +206,31 @@ module StaticTracing
         Published.new(path:, mode: data["mode"], signal: data["signal"], signal_number: data["signal_number"],
                       enabled: data["enabled"] == true, armed: armed(data),
                       block_errors: published_count(data["block_errors"]),
+                      control: own_file(path, data["control"], "control"),
+                      recorder: recorder(path, data["recorder"]), recorder_reply: reply(data["recorder_reply"]),
                       version: data["version"], ruby: data["ruby"])
+      end
+
+      # +file+ if it is the process's own file of that +kind+ next to its
+      # state file (`<pid>-<pidns>.<kind>`), else nil: nothing is ever
+      # opened elsewhere on the word of a file.
+      def own_file(state_path, file, kind)
+        return unless file.is_a?(String) && File.dirname(file) == File.dirname(state_path)
+
+        file if file_names.any? { |name| File.basename(file) == name.sub(/\.state\z/, ".#{kind}") }
+      end
+
+      def recorder(state_path, data)
+        return unless data.is_a?(Hash)
+
+        ring = own_file(state_path, data["ring"], "ring") or return
+        data.merge("ring" => ring)
+      end
+
+      def reply(data)
+        return unless data.is_a?(Hash) && data["id"].is_a?(String)
+
+        { "id" => data["id"], "ok" => data["ok"] == true, "message" => data["message"].to_s }
       end
 
       # A count the process published: a non-negative Integer, else none.

@@ -18,7 +18,6 @@ module StaticTracing
       command "report",
               arguments: "FILE... [--format text|chrome|folded] [-o OUTPUT]",
               summary: "Summarize recorded trace files: latency percentiles, a timeline, or stacks to fold",
-              listed: false,
               description: <<~TEXT.chomp
                 Reads trace files (written by static-tracing record or dump) or a recorder's ring files
                 (<pid>-<pidns>.ring next to a process's stubs, read as they are, while the process writes

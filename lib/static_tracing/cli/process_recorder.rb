@@ -1,0 +1,171 @@
+# frozen_string_literal: true
+
+require "json"
+require "securerandom"
+require_relative "../recording_options"
+require_relative "process_state"
+require_relative "private_file"
+
+module StaticTracing
+  module CLI
+    # A process's recorder seen from outside (see StaticTracing::Recorder
+    # and Control): requests go to the control FIFO the process published,
+    # its answers come back in its state file, and its ring is read where
+    # the state file says it is. Nothing is opened but next to the state
+    # file, and only files PrivateFile would trust (a FIFO for the channel).
+    class ProcessRecorder
+      REQUEST_FORMAT = 1
+      REPLY_TIMEOUT = 5.0
+      POLL_INTERVAL = 0.02
+      # A ring file: its header and probe table, then its slots.
+      MAX_RING_FILE = RecordingOptions::MAX_SIZE + (1 << 20)
+      WRITE_FLAGS = File::WRONLY | File::NOFOLLOW | File::NONBLOCK
+
+      attr_reader :process, :state
+
+      def initialize(pid)
+        @process = ProcessState.new(pid)
+        @state = @process.read or raise Error, missing_message
+      end
+
+      def pid
+        process.pid
+      end
+
+      # What the process records now (StaticTracing::Recorder.status), or nil.
+      def recording
+        state.recorder
+      end
+
+      # Sends a request and waits for the process to answer it; returns the
+      # answer's message, or raises Error with it when the process refused.
+      def request(action, id: SecureRandom.hex(8), timeout: REPLY_TIMEOUT, **fields)
+        send_line(JSON.generate({ "format" => REQUEST_FORMAT, "id" => id, "action" => action }.merge(fields)))
+        reply = wait_reply(id, timeout)
+        raise Error, "process #{pid} refused: #{reply["message"]}" unless reply["ok"]
+
+        reply["message"]
+      end
+
+      # Sends a request and does not wait for its answer.
+      def notify(action, id:, **fields)
+        send_line(JSON.generate({ "format" => REQUEST_FORMAT, "id" => id, "action" => action }.merge(fields)))
+      end
+
+      # Yields the process's ring open (for writing too with +write+: a
+      # reader without overwrite stores how far it read), checked as
+      # PrivateFile checks; returns what the block returns.
+      def open_ring(write: false, &block)
+        ring = recording&.fetch("ring") or raise Error, "process #{pid} is not recording (static-tracing record #{pid})"
+
+        opened = process.process.guard(ring) do
+          PrivateFile.open_checked(process.process.reach(state.dir), File.basename(ring), write:, owner: uid,
+                                                                                          described:,
+                                                                                          limit: MAX_RING_FILE, &block)
+        end
+        opened.nil? ? raise(Error, "the ring #{ring} of process #{pid} is gone") : opened
+      rescue PrivateFile::Untrusted => e
+        raise Error, "refusing the ring #{ring} of process #{pid}: #{e.message}"
+      end
+
+      # Reads the state again; returns it.
+      def refresh
+        @state = process.read || @state
+      end
+
+      def alive?
+        process.alive?
+      end
+
+      private
+
+      def uid
+        process.uid
+      end
+
+      def described
+        "the uid process #{pid} runs as"
+      end
+
+      def control
+        state.control or raise Error, no_control_message
+      end
+
+      # One write: a request is at most PIPE_BUF bytes, so it arrives whole.
+      def send_line(line)
+        raise Error, "a request of #{line.bytesize} bytes is too long (at most 4096): give fewer patterns" if
+          line.bytesize >= 4096
+
+        path = control
+        with_fifo(path) { |fifo| fifo.syswrite("#{line}\n") }
+      rescue Errno::ENXIO
+        raise Error, "process #{pid} does not read its control channel #{path} (it is exiting, or stuck)"
+      rescue Errno::EAGAIN
+        raise Error, "the control channel #{path} of process #{pid} is full: the process is not reading it"
+      end
+
+      def with_fifo(path)
+        rules = PrivateFile::Rules.new(owner: uid, described:)
+        dir = process.process.reach(state.dir)
+        process.process.guard(path) do
+          PrivateFile.open_directory(dir, rules) do |directory|
+            name = File.join(PrivateFile::PROC_FD, directory.fileno.to_s, File.basename(path))
+            File.open(name, WRITE_FLAGS) do |fifo|
+              check_fifo(fifo.stat, rules)
+              yield fifo
+            end
+          end
+        end or raise Error, "process #{pid} has no control channel #{path} any more"
+      rescue Errno::ENOENT
+        raise Error, "process #{pid} has no control channel #{path} any more"
+      rescue Errno::ELOOP, PrivateFile::Untrusted => e
+        raise Error, "refusing the control channel #{path} of process #{pid}: " \
+                     "#{e.is_a?(Errno::ELOOP) ? "it is a symbolic link" : e.message}"
+      end
+
+      def check_fifo(stat, rules)
+        raise PrivateFile::Untrusted, "it is a #{stat.ftype}, not a FIFO" unless stat.pipe?
+
+        PrivateFile.check_owner(stat, rules, "it is")
+        return if (stat.mode & 0o077).zero?
+
+        raise PrivateFile::Untrusted, "it has mode #{format("%04o", stat.mode & 0o7777)}, not private to its owner"
+      end
+
+      def wait_reply(id, timeout)
+        deadline = monotonic + timeout
+        loop do
+          state = process.read
+          @state = state if state
+          reply = state&.recorder_reply
+          return reply if reply && reply["id"] == id
+          raise Error, "process #{pid} exited before it answered" unless process.alive?
+          raise Error, reply_timeout_message(timeout) if monotonic > deadline
+
+          sleep(POLL_INTERVAL)
+        end
+      end
+
+      def reply_timeout_message(timeout)
+        "process #{pid} did not answer within #{format("%g", timeout)}s: it may be busy (its " \
+          "static_tracing thread needs the GVL: a long request holds it), stopped, or stuck; try again"
+      end
+
+      def missing_message
+        "process #{pid} has published no tracing state that can be trusted (looked in " \
+          "#{process.candidates.map(&:dir).join(", ")}#{process.rejected.map { |file| "; #{file}" }.join}): " \
+          "it has not loaded static_tracing, or cannot write to any stub directory (see its stderr)"
+      end
+
+      def no_control_message
+        "process #{pid} takes no requests: it runs a static_tracing without the recorder " \
+          "(#{state.version || "older"} than #{VERSION}), or could not create its control channel " \
+          "(see its stderr: \"static-tracing cannot send requests to this process\")"
+      end
+
+      def monotonic
+        ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
+      end
+    end
+  end
+end

@@ -1,0 +1,234 @@
+# frozen_string_literal: true
+
+require "securerandom"
+require_relative "../recording_options"
+require_relative "process_recorder"
+require_relative "trace_file"
+
+module StaticTracing
+  module CLI
+    # `static-tracing record PID [PATTERN...]`: has the process record the
+    # probes named and follows its ring until --seconds pass or Ctrl-C, then
+    # stops it and writes the trace file; with --flight, leaves a flight
+    # recorder running in the process instead (`dump` snapshots it,
+    # `record PID --stop` ends it).
+    class Record < Command
+      command "record",
+              arguments: "PID [PROBE-PATTERN...] [--seconds N] [-o FILE] [--flight [--size SIZE] " \
+                         "[--dump-when TRIGGER]] [--stop]",
+              summary: "Record a process's probes in the process itself: no root, no BPF",
+              description: <<~TEXT.chomp
+                Has process PID record the calls of its probes into a ring next to its stubs, and reads
+                them from there: no root, no capability, no BPF; run it as the process's user or root.
+                PROBE-PATTERN is provider:probe or provider, with * and ? as wildcards (every probe when
+                none is given). Only the probes named are armed, and nothing is left armed afterwards.
+
+                Without --flight, follows the ring for N seconds (or until Ctrl-C), then stops the
+                recording, writes the trace file (-o FILE, or static-tracing-PID-TIME.trace here) and
+                prints its report (see static-tracing report). With --flight, the process keeps the
+                newest records in its ring until static-tracing record PID --stop; static-tracing dump
+                PID -o FILE writes what it holds. --dump-when 'my_controller:show > 250ms' has the process
+                write such a snapshot itself when a call is slower than that (flight mode).
+              TEXT
+
+      DEFAULT_SECONDS = nil
+      MAX_SECONDS = 86_400
+      POLL_INTERVAL = 0.1
+      # The process stops a recording by itself this long after the last
+      # renewal: what a `record` killed with SIGKILL leaves running.
+      LEASE = 10.0
+      RENEW_INTERVAL = 1.0
+
+      private
+
+      def define_options(parser)
+        @values = {}
+        @seconds = DEFAULT_SECONDS
+        @output = nil
+        @stop = false
+        parser.on("--seconds N", "Record for N seconds (default: until Ctrl-C)") { |value| @seconds = seconds(value) }
+        parser.on("-o", "--output FILE", "Write the trace file to FILE") { |path| @output = path }
+        RecordingOptions.define(parser, @values)
+        parser.on("--stop", "Stop the process's recording (a flight recorder), and nothing else") { @stop = true }
+      end
+
+      def seconds(text)
+        value = Float(text, exception: false) || 0.0
+        return value if value.positive? && value <= MAX_SECONDS
+
+        raise UsageError, "--seconds must be a number of seconds above 0, at most #{MAX_SECONDS}, got #{text.inspect}"
+      end
+
+      def execute(args)
+        raise UsageError, "missing PID" if args.empty?
+
+        pid = pid_argument(args.first(1))
+        return stop(pid) if @stop
+
+        settings = recording_settings(args.drop(1))
+        recorder = ProcessRecorder.new(pid)
+        settings.flight ? start_flight(recorder, settings) : record(recorder, settings)
+      end
+
+      # Options that only make sense together are refused apart.
+      def recording_settings(patterns)
+        settings = RecordingOptions.settings(probes: patterns, **@values)
+        trigger_only = @values.keys & %i[dump_dir dump_interval max_dumps]
+        if settings.dump_when.nil? && !trigger_only.empty?
+          raise UsageError, "--dump-dir, --dump-interval and --max-dumps go with --dump-when"
+        end
+
+        if settings.flight && (@seconds || @output)
+          raise UsageError, "--seconds and -o go without --flight (a flight recording runs until --stop; " \
+                            "#{PROGRAM} dump writes what it holds)"
+        end
+
+        settings
+      rescue ArgumentError => e
+        raise UsageError, e.message
+      end
+
+      def stop(pid)
+        recorder = ProcessRecorder.new(pid)
+        message = recorder.request("stop")
+        out.puts(message == "stopped" ? "Stopped recording in process #{pid}." : "Process #{pid} was not recording.")
+        0
+      end
+
+      def start_flight(recorder, settings)
+        recorder.request("record", settings: settings.to_h)
+        status = recorder.recording
+        slots = status["size"] / RecordingOptions::SLOT_SIZE
+        out.puts("Process #{recorder.pid} keeps a flight recording of #{count(status["armed"], "probe")} " \
+                 "(#{patterns(settings)}) in #{status["ring"]}: the newest #{slots} one-Integer records or so.")
+        out.puts("Snapshots when #{status["dump_when"]}, into #{status["dump_dir"]}.") if status["dump_when"]
+        out.puts("#{PROGRAM} dump #{recorder.pid} -o FILE writes what it holds; " \
+                 "#{PROGRAM} record #{recorder.pid} --stop ends it.")
+        0
+      end
+
+      def patterns(settings)
+        settings.probes.empty? ? "every probe" : settings.probes.join(", ")
+      end
+
+      def record(recorder, settings)
+        id = SecureRandom.hex(8)
+        recorder.request("record", id:, settings: settings.to_h, lease: LEASE)
+        status = recorder.recording
+        err.puts("Recording #{count(status["armed"], "probe")} (#{patterns(settings)}) in process #{recorder.pid}" \
+                 "#{@seconds ? " for #{format("%g", @seconds)}s" : ""} (Ctrl-C to stop)...")
+        trace = follow(recorder, id)
+        path = @output || default_output(recorder.pid)
+        write_trace(path, trace)
+        report(path, trace)
+      end
+
+      # Reads the ring until the time is up, Ctrl-C or the process exits;
+      # then stops the recording and reads what is left. The ring stays
+      # open all along: a ring whose process was killed is read whole.
+      def follow(recorder, id)
+        recorder.open_ring(write: true) do |ring|
+          reader = TraceFile::RingReader.new(ring)
+          records = []
+          ended = poll_until_done(recorder, id, reader, records)
+          stop_recording(recorder, id) unless ended == :exited
+          records.concat(reader.finish)
+          Trace.new(reader, records, ended)
+        end
+      end
+
+      # What a recording produced: the reader (header fields, counters),
+      # the records read, and why it ended (:time, :interrupt, :exited).
+      Trace = Struct.new(:reader, :records, :ended)
+
+      def poll_until_done(recorder, id, reader, records)
+        deadline = @seconds && (monotonic + @seconds)
+        renewed = monotonic
+        loop do
+          records.concat(reader.poll)
+          return :time if deadline && monotonic >= deadline
+          return :exited unless recorder.alive?
+
+          if monotonic - renewed >= RENEW_INTERVAL
+            recorder.notify("renew", id:)
+            renewed = monotonic
+          end
+          sleep(POLL_INTERVAL)
+        end
+      rescue Interrupt
+        :interrupt
+      end
+
+      # The process may have exited meanwhile: then there is nothing to stop.
+      def stop_recording(recorder, id)
+        recorder.request("stop", recording: id)
+      rescue Error => e
+        raise unless recorder.alive?
+
+        err.puts("#{PROGRAM}: #{e.message}")
+      end
+
+      def default_output(pid)
+        "static-tracing-#{pid}-#{Time.now.strftime("%Y%m%d-%H%M%S")}.trace"
+      end
+
+      def write_trace(path, trace)
+        reader = trace.reader
+        File.open(path, "wb") do |file|
+          TraceFile::Writer.like(reader).write(file, probes: reader.probes, records: trace.records,
+                                                     records_total: reader.records_total, dropped: reader.dropped)
+        end
+      rescue SystemCallError => e
+        raise Error, "cannot write #{path}: #{SystemCallError.new(nil, e.errno).message}"
+      end
+
+      def report(path, trace)
+        why = { time: "", interrupt: " (interrupted)", exited: " (the process exited)" }.fetch(trace.ended)
+        out.puts("Wrote #{count(trace.records.size, "record")} to #{path}#{why}.")
+        out.puts
+        Report.new(out:, err:, env:).run([path])
+      end
+
+      def monotonic
+        ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
+      end
+    end
+
+    # `static-tracing dump PID -o FILE`: what a process's ring holds now,
+    # as a trace file; the recording goes on.
+    class Dump < Command
+      command "dump",
+              arguments: "PID -o FILE",
+              summary: "Write what a process's recorder holds now (a flight recording) to a trace file",
+              description: <<~TEXT.chomp
+                Reads the ring of process PID as it is (the process goes on recording) and writes the
+                records it holds to the trace file FILE, for static-tracing report. Start a flight
+                recording first with static-tracing record PID --flight.
+              TEXT
+
+      private
+
+      def define_options(parser)
+        @output = nil
+        parser.on("-o", "--output FILE", "The trace file to write") { |path| @output = path }
+      end
+
+      def execute(args)
+        pid = pid_argument(args)
+        raise UsageError, "missing -o FILE" unless @output
+
+        recorder = ProcessRecorder.new(pid)
+        trace = recorder.open_ring { |ring| TraceFile.from_io(ring, name: recorder.recording["ring"]) }
+        File.open(@output, "wb") do |file|
+          TraceFile::Writer.like(trace).write(file, probes: trace.probes, records: trace.records,
+                                                    records_total: trace.records_total, dropped: trace.dropped)
+        end
+        out.puts("Wrote #{count(trace.records.size, "record")} of process #{pid} to #{@output} " \
+                 "(#{count(trace.lost, "record")} lost before).")
+        0
+      rescue SystemCallError => e
+        raise Error, "cannot write #{@output}: #{SystemCallError.new(nil, e.errno).message}"
+      end
+    end
+  end
+end

@@ -1,0 +1,201 @@
+# frozen_string_literal: true
+
+require "json"
+require "tmpdir"
+require "static_tracing/cli"
+
+# `static-tracing record`, `dump` and `report` against a live process, run
+# as an operator runs them: the process records, the command reads its
+# ring from outside. No tracer is involved.
+RSpec.describe "Recording a live process with static-tracing", :subprocess do
+  include CLIHelpers
+
+  # A process with two latency probes and a custom one; calls made on request.
+  let(:setup) do
+    <<~'RUBY'
+      class RecApp
+        include StaticTracing::LatencyTracer
+        def index(value) = value
+        def slow(seconds) = sleep(seconds)
+      end
+      EVENT = StaticTracing::Tracepoint.new(:rec_events, :event, Integer, String)
+      APP = RecApp.new
+      def run(count) = count.times { |i| APP.index(i) }
+      def fire(count) = count.times { |i| EVENT.fire(i, "e") }
+      def wrapped?(name) = RecApp.instance_method(name).owner != RecApp
+    RUBY
+  end
+
+  let(:app) { ruby_repl(setup) }
+  let(:dir) { Dir.mktmpdir("static_tracing-record") }
+
+  after { FileUtils.rm_rf(dir) }
+
+  # `static-tracing record` running in the background, once it says it records.
+  def start_recording(*args)
+    E2E::Child.new(RbConfig.ruby, CLIHelpers::EXE, "record", app.pid.to_s, *args.map(&:to_s)).tap do |command|
+      started_processes << command
+      command.wait_for(/^Recording \d+ probes?/)
+    end
+  end
+
+  def read_trace(path)
+    StaticTracing::CLI::TraceFile.read(path)
+  end
+
+  def labels(trace)
+    trace.records.map { |record| record.probe.label }.tally
+  end
+
+  def recorder_status
+    app.evaluate("StaticTracing::Recorder.status")
+  end
+
+  describe "record" do
+    it "records exactly the calls made while it runs, stops at Ctrl-C and leaves nothing armed" do
+      trace = File.join(dir, "run.trace")
+      command = start_recording("rec_app:index", "-o", trace)
+      expect(app.evaluate("wrapped?(:index)")).to be(true)
+      expect(app.evaluate("wrapped?(:slow)")).to be(false)
+      app.evaluate("run(500)")
+      app.evaluate("EVENT.fire(1, 'not recorded')")
+      Process.kill("INT", command.pid)
+      expect(command.wait).to be_success, command.output
+
+      expect(command.output).to include("Wrote 500 records to #{trace} (interrupted).")
+      expect(command.output).to match(/^rec_app:index  500 calls, p50 \S+, p90 \S+, p99 \S+, max \S+$/)
+      expect(labels(read_trace(trace))).to eq("rec_app:index" => 500)
+      expect(read_trace(trace).lost).to eq(0)
+      expect(app.evaluate("wrapped?(:index)")).to be(false)
+      expect(recorder_status).to be_nil
+    end
+
+    it "stops after --seconds, and writes the trace file it names" do
+      trace = File.join(dir, "timed.trace")
+      app.evaluate("Thread.new { loop { run(10); sleep 0.01 } }; nil")
+      result = run_cli("record", app.pid, "--seconds", "0.5", "-o", trace, timeout: 30)
+      expect(result.exitstatus).to eq(0), result.stderr
+      expect(result.stdout).to start_with("Wrote ")
+      expect(labels(read_trace(trace)).keys).to eq(["rec_app:index"])
+      expect(eventually("the recording to stop") { recorder_status.nil? }).to be(true)
+    end
+
+    it "reads a ring whose process was killed with SIGKILL while recording, to its last record" do
+      trace = File.join(dir, "killed.trace")
+      command = start_recording("rec_app:*", "-o", trace)
+      app.evaluate("run(300)")
+      Process.kill("KILL", app.pid)
+      expect(command.wait).to be_success, command.output
+
+      expect(command.output).to include("Wrote 300 records to #{trace} (the process exited).")
+      expect(labels(read_trace(trace))).to eq("rec_app:index" => 300)
+    end
+
+    it "says why it cannot record, in one line, and changes nothing" do
+      result = run_cli("record", app.pid, "--size", "1K")
+      expect(result).to have_attributes(exitstatus: 2, stdout: "")
+      expect(result.stderr).to match(/\Astatic-tracing record: ring size "1K" is out of range: from 64K to 4G/)
+      expect(result.stderr.lines.size).to eq(1)
+
+      result = run_cli("record", app.pid, "no:such:pattern")
+      expect(result).to have_attributes(exitstatus: 2)
+      expect(result.stderr).to include('invalid probe pattern "no:such:pattern"')
+      expect(recorder_status).to be_nil
+    end
+
+    it "is refused while another recording runs, and says which" do
+      app.evaluate("StaticTracing::Recorder.start(flight: true, size: '64K'); nil")
+      result = run_cli("record", app.pid, "--seconds", "1")
+      expect(result).to have_attributes(exitstatus: 1, stdout: "")
+      expect(result.stderr).to start_with(
+        "static-tracing: process #{app.pid} refused: a recording is running already (flight, started by the " \
+        "process itself"
+      )
+      expect(recorder_status).to include("flight" => true)
+    end
+
+    it "names a process that does not run the gem as such" do
+      sleeper = E2E::Child.new("sleep", "60")
+      started_processes << sleeper
+      result = run_cli("record", sleeper.pid)
+      expect(result).to have_attributes(exitstatus: 1, stdout: "")
+      expect(result.stderr).to start_with("static-tracing: process #{sleeper.pid} has published no tracing state")
+    end
+  end
+
+  describe "flight mode and dump" do
+    it "keeps the newest records after many wraparounds and says how many were lost" do
+      result = run_cli("record", app.pid, "--flight", "--size", "64K")
+      expect(result.exitstatus).to eq(0), result.stderr
+      expect(result.stdout).to include("Process #{app.pid} keeps a flight recording of 3 probes (every probe)")
+      app.evaluate("fire(20_000)")
+
+      trace = File.join(dir, "flight.trace")
+      result = run_cli("dump", app.pid, "-o", trace)
+      expect(result.exitstatus).to eq(0), result.stderr
+      held = read_trace(trace)
+      values = held.records.map { |record| record.args.first }
+      expect(values.last).to eq(19_999)
+      expect(values).to eq(values.sort)
+      expect(values.first).to eq(20_000 - values.size)
+      expect(held.lost).to eq(20_000 - values.size)
+      expect(result.stdout).to eq("Wrote #{values.size} records of process #{app.pid} to #{trace} " \
+                                  "(#{20_000 - values.size} records lost before).\n")
+
+      report = run_cli("report", trace)
+      lost = 20_000 - values.size
+      expect(report.stdout).to include("#{lost} lost (#{lost} overwritten in flight mode)")
+      expect(recorder_status).to include("flight" => true)
+      expect(run_cli("record", app.pid, "--stop").stdout).to eq("Stopped recording in process #{app.pid}.\n")
+      expect(run_cli("record", app.pid, "--stop").stdout).to eq("Process #{app.pid} was not recording.\n")
+      expect(app.evaluate("wrapped?(:index)")).to be(false)
+    end
+
+    it "has the process write a snapshot of a slow call and what every thread did before it" do
+      result = run_cli("record", app.pid, "--dump-when", "rec_app:slow > 100ms", "--dump-dir", dir, "--size", "1M")
+      expect(result.exitstatus).to eq(0), result.stderr
+      expect(result.stdout).to include("Snapshots when rec_app:slow > 100ms, into #{dir}.")
+      app.evaluate(<<~RUBY)
+        threads = Array.new(3) { |t| Thread.new { 100.times { |i| APP.index(t * 1000 + i) } } }
+        threads.each(&:join)
+        APP.slow(0.01)
+        APP.slow(0.2)
+        nil
+      RUBY
+      snapshot = eventually("the snapshot") { Dir[File.join(dir, "#{app.pid}-rec_app-slow-*.trace")].first }
+      expect(app.output)
+        .to match(/static_tracing: rec_app:slow took 2\d\dms \(rec_app:slow > 100ms\): wrote #{snapshot}/)
+
+      trace = read_trace(snapshot)
+      slow = trace.records.select { |record| record.probe.label == "rec_app:slow" }
+      expect(slow.map { |record| record.args.first }).to include(be > 100_000_000)
+      indexes = trace.records.select { |record| record.probe.label == "rec_app:index" }
+      expect(indexes.map(&:tid).uniq.size).to eq(3)
+      expect(indexes.size).to eq(300)
+      expect(recorder_status["dumps"]).to eq([snapshot])
+    end
+  end
+
+  describe "report of a real recording" do
+    it "writes Chrome trace-event JSON in which every event has the fields the format requires" do
+      trace = File.join(dir, "chrome.trace")
+      command = start_recording("-o", trace)
+      app.evaluate("run(20); EVENT.fire(7, 'hello'); nil")
+      Process.kill("INT", command.pid)
+      expect(command.wait).to be_success, command.output
+
+      result = run_cli("report", "--format", "chrome", trace)
+      expect(result.exitstatus).to eq(0), result.stderr
+      events = JSON.parse(result.stdout).fetch("traceEvents")
+      expect(events.map { |event| event["ph"] }.tally).to eq("M" => 1, "X" => 20, "i" => 1)
+      events.each do |event|
+        expect(event.keys).to include("name", "ph", "ts", "pid", "tid")
+        expect(event["pid"]).to eq(app.pid)
+        expect(event).to include("dur") if event["ph"] == "X"
+        expect(event).to include("s" => "t") if event["ph"] == "i"
+      end
+      instant = events.find { |event| event["ph"] == "i" }
+      expect(instant).to include("name" => "rec_events:event", "args" => { "arg0" => 7, "arg1" => "hello" })
+    end
+  end
+end
