@@ -140,7 +140,7 @@ RSpec.describe "Recording a live process with static-tracing", :subprocess do
       expect(values.first).to eq(20_000 - values.size)
       expect(held.lost).to eq(20_000 - values.size)
       expect(result.stdout).to eq("Wrote #{values.size} records of process #{app.pid} to #{trace} " \
-                                  "(#{20_000 - values.size} records lost before).\n")
+                                  "(#{20_000 - values.size} records before them lost: see static-tracing report).\n")
 
       report = run_cli("report", trace)
       lost = 20_000 - values.size

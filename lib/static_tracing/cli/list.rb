@@ -97,7 +97,15 @@ module StaticTracing
         armed = ", #{count(@tracing.armed.size, "method")} armed" if attach_mode?
         errors = ", #{count(@tracing.block_errors, "tracepoint block error")} (see the process's warnings)" if
           @tracing.block_errors&.positive?
-        "; mode #{@tracing.mode}#{signal}, tracing #{@tracing.enabled ? "enabled" : "disabled"}#{armed}#{errors}"
+        "; mode #{@tracing.mode}#{signal}, tracing #{@tracing.enabled ? "enabled" : "disabled"}#{armed}#{errors}" \
+          "#{recording_summary}"
+      end
+
+      # What the process records (static-tracing record), if anything.
+      def recording_summary
+        recording = @tracing.recorder or return ""
+        armed = recording["armed"]
+        ", recording #{armed.is_a?(Integer) ? count(armed, "probe") : "probes"}#{" (flight)" if recording["flight"]}"
       end
 
       def columns

@@ -223,8 +223,8 @@ module StaticTracing
           TraceFile::Writer.like(trace).write(file, probes: trace.probes, records: trace.records,
                                                     records_total: trace.records_total, dropped: trace.dropped)
         end
-        out.puts("Wrote #{count(trace.records.size, "record")} of process #{pid} to #{@output} " \
-                 "(#{count(trace.lost, "record")} lost before).")
+        lost = " (#{count(trace.lost, "record")} before them lost: see static-tracing report)" if trace.lost.positive?
+        out.puts("Wrote #{count(trace.records.size, "record")} of process #{pid} to #{@output}#{lost}.")
         0
       rescue SystemCallError => e
         raise Error, "cannot write #{@output}: #{SystemCallError.new(nil, e.errno).message}"
