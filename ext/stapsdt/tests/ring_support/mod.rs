@@ -15,16 +15,19 @@ use std::sync::atomic::Ordering::Relaxed;
 pub struct HeapRing {
     // Dropped before the memory it points into.
     ring: Ring,
-    words: Box<[AtomicU64]>,
+    /// A Vec, not a Box: moving a Box asserts it is the only pointer to
+    /// its memory (Miri's Stacked Borrows holds it to that), which the
+    /// ring's is not.
+    words: Vec<AtomicU64>,
 }
 
 impl HeapRing {
     pub fn new(config: &RingConfig) -> HeapRing {
-        let words: Box<[AtomicU64]> = (0..config.file_len() / 8)
+        let words: Vec<AtomicU64> = (0..config.file_len() / 8)
             .map(|_| AtomicU64::new(0))
             .collect();
         // SAFETY: the words are zeroed and 8-aligned; the heap block does not
-        // move with the box and outlives the ring (field order); nothing else
+        // move with the Vec and outlives the ring (field order); nothing else
         // touches it but `bytes`, through atomic loads (see there).
         let ring = unsafe { Ring::create(words.as_ptr().cast_mut().cast(), config) }.unwrap();
         HeapRing { ring, words }
