@@ -167,12 +167,15 @@ module StaticTracing
       # In a forked child: the parent's ring is let go of. A recording the
       # process started for itself starts again in the child, with the same
       # settings; one a command asked for does not (it reads the parent).
+      # The state the child published as it started showed the parent's
+      # recording: it is published again without it first.
       def restart_after_fork
         Native.recorder_after_fork
         recording = @recording or return
 
         @recording = nil
         recording.armed.each_key { |tracepoint| disarm(tracepoint) }
+        State.publish
         begin_recording(recording.settings, id: SecureRandom.hex(8), by: :process) if recording.by == :process
       rescue StandardError => e
         warn("static_tracing: process #{Process.pid} does not record: #{e.class}: #{e.message}")
