@@ -162,9 +162,10 @@ RSpec.describe "Recording a live process with static-tracing", :subprocess do
         APP.slow(0.2)
         nil
       RUBY
-      snapshot = eventually("the snapshot") { Dir[File.join(dir, "#{app.pid}-rec_app-slow-*.trace")].first }
-      expect(app.output)
-        .to match(/static_tracing: rec_app:slow took 2\d\dms \(rec_app:slow > 100ms\): wrote #{snapshot}/)
+      # The process says so once the snapshot is written whole.
+      said = app.wait_for(/static_tracing: rec_app:slow took 2\d\dms \(rec_app:slow > 100ms\): wrote (\S+)$/)
+      snapshot = said[1]
+      expect(Dir[File.join(dir, "#{app.pid}-rec_app-slow-*.trace")]).to eq([snapshot])
 
       trace = read_trace(snapshot)
       slow = trace.records.select { |record| record.probe.label == "rec_app:slow" }
