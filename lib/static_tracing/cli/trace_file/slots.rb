@@ -40,11 +40,13 @@ module StaticTracing
         def self.read(layout, first, count)
           return new(layout, first, count, layout.read_slots(first, count)) if layout.complete?
 
-          before = layout.read_slots(first, count).unpack(STAMP_FORMAT * count)
+          # The passes back to back, unpacked after: a writer that laps the
+          # ring while they run leaves no record of it whole.
+          before = layout.read_slots(first, count)
           bytes = layout.read_slots(first, count)
-          after = layout.read_slots(first, count).unpack(STAMP_FORMAT * count)
+          after = layout.read_slots(first, count)
           layout.refresh
-          new(layout, first, count, bytes, [before, after])
+          new(layout, first, count, bytes, [before, after].map { |stamps| stamps.unpack(STAMP_FORMAT * count) })
         end
 
         # Reads the whole ring, from the oldest sequence number it can hold
