@@ -585,3 +585,34 @@ fn a_head_moved_by_another_process_stops_the_writers_safely() {
     assert!(trace.records.is_empty(), "seq 0 is not below head 0");
     drop(ring);
 }
+
+#[test]
+fn a_ring_is_shared_between_threads() {
+    fn send_and_sync<T: Send + Sync>() {}
+    send_and_sync::<Ring>();
+}
+
+#[test]
+fn create_refuses_an_impossible_geometry() {
+    let good = config(8, true);
+    let memory = Memory::new(&good);
+    let bad = RingConfig {
+        slot_count: 6,
+        ..good
+    };
+    // SAFETY: as in Memory::ring (and nothing is written: the config is refused).
+    let refused = unsafe { Ring::create(memory.words.as_ptr().cast_mut().cast(), &bad) };
+    assert_eq!(refused.err(), Some(ConfigError::SlotCount(6)));
+    assert_eq!(memory.word(0), 0, "nothing written");
+}
+
+#[test]
+#[should_panic(expected = "8-aligned")]
+fn create_refuses_memory_that_is_not_8_aligned() {
+    let config = config(8, true);
+    let memory = Memory::new(&config);
+    let base: *mut u8 = memory.words.as_ptr().cast_mut().cast();
+    // SAFETY: as in Memory::ring, but for the alignment, which create
+    // checks before it writes anything.
+    let _ = unsafe { Ring::create(base.wrapping_add(4), &config) };
+}

@@ -17,8 +17,9 @@
 //! word of a later writer, that writer's 0 stamp happens before pass C (its
 //! Release fence synchronizes with the reader's second fence), so pass C
 //! finds 0 or a newer stamp, never the one pass A saw: a record whose stamps
-//! agree in passes A and C was read whole. A stamp never takes the same
-//! value twice (sequence numbers only grow), so there is no ABA.
+//! agree in passes A and C was read whole. A stamp takes a value again
+//! only when a writer puts back the one it found, having written no word
+//! (see `give_up`): sequence numbers only grow, so there is no harmful ABA.
 //!
 //! Taking a slot by compare-and-swap, rather than storing 0, is what keeps
 //! two writers from writing one slot at once. Without it, in flight mode, a
