@@ -116,9 +116,14 @@ impl Tracepoint {
             registers.set(ruby, &rb_self.label, index, arg, value, fire)?;
         }
         if let Some(recording) = recording {
-            // SAFETY: the strings' bytes stay valid until `registers` is
-            // dropped, after the call (no Ruby code runs meanwhile).
-            recording.record(nsec() as u64, &unsafe { registers.recorded(types) });
+            let now = nsec() as u64;
+            if types == [ArgType::Int64] {
+                recording.record_integer(now, registers.values[0] as i64);
+            } else {
+                // SAFETY: the strings' bytes stay valid until `registers` is
+                // dropped, after the call (no Ruby code runs meanwhile).
+                recording.record(now, &unsafe { registers.recorded(types) });
+            }
         }
         if let (true, Some(site)) = (traced, site) {
             // SAFETY: as above; string pointers in the registers stay valid
