@@ -5,7 +5,8 @@ module Docs
   # prints. Compared with what the command really prints after both are
   # normalised: colours, trailing blanks and bpftrace's version-dependent
   # chatter dropped (without_bpftrace_chatter), a histogram's rows
-  # (whose buckets vary from run to run) counted as one, the uid in
+  # (whose buckets vary from run to run; bpftrace's or static-tracing's)
+  # counted as one, the uid in
   # /tmp/static_tracing-UID made UID, and the numbers that change between
   # runs (ID_NUMBER: PIDs, ports, pid namespaces) renamed in order of first
   # appearance, so that the same PID must appear in the same places; every
@@ -14,7 +15,9 @@ module Docs
   module Transcript
     Step = Struct.new(:command, :output)
 
-    HISTOGRAM_ROW = /\A\[[^\]]*[\])]\s+\d+ \|[@ ]*\|\z/
+    # bpftrace's rows ("[4, 8)   2 |@@ |"), and static-tracing's, indented
+    # and labelled in time units ("  [1us, 2us)  81 |@@ |", "  < 1us  13 |@ |").
+    HISTOGRAM_ROW = /\A\s*(?:\[[^\]]*[\])]|< \S+)\s+\d+ \|[@ ]*\|\z/
     # A number of four digits or more, or one where a PID or a port goes
     # (PIDs are short on a machine that has just booted, or wrapped).
     ID_CONTEXTS = ["PID ", "process ", "pid ", "-p ", "/proc/", "master ", "worker ", "-TRAP ", "list ", "enable ",

@@ -141,7 +141,16 @@ module StaticTracing
       # the records read, and why it ended (:time, :interrupt, :exited).
       Trace = Struct.new(:reader, :records, :ended)
 
+      # SIGTERM (kill, timeout(1), a shell's background job, where SIGINT
+      # is ignored) ends the recording as Ctrl-C does.
       def poll_until_done(recorder, id, reader, records)
+        previous = Signal.trap("TERM") { raise Interrupt }
+        poll(recorder, id, reader, records)
+      ensure
+        Signal.trap("TERM", previous || "DEFAULT")
+      end
+
+      def poll(recorder, id, reader, records)
         deadline = @seconds && (monotonic + @seconds)
         renewed = monotonic
         loop do
