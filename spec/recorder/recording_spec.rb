@@ -6,6 +6,7 @@ require "static_tracing/cli"
 # leaves nothing armed behind. The ring is read back as static-tracing reads
 # it (CLI::TraceFile), from its file.
 RSpec.describe StaticTracing::Recorder do
+  include E2E::Helpers
   around do |example|
     mode = StaticTracing::Configuration.mode
     StaticTracing::Configuration.mode = :off
@@ -173,6 +174,44 @@ RSpec.describe StaticTracing::Recorder do
       record = calls(ring, "rec_stacks_stack:leaf").first
       expect(record.probe.stack_arg).to eq(0)
       expect(record.args.first).to end_with("RecStacks#leaf")
+    end
+
+    it "keeps a long folded stack's innermost frames, from the start of a frame, and any other String's first bytes" do
+      stack = StaticTracing::Tracepoint.new(:rec_cut, :stack, String, stack: 0)
+      text = StaticTracing::Tracepoint.new(:rec_cut, :text, String)
+      frames = Array.new(200) { |i| "Frame#{i}#call" }.join(";")
+      described_class.start(probes: ["rec_cut:*"])
+      stack.fire(frames)
+      text.fire(frames)
+
+      kept_stack, kept_text = ring.records.map { |record| record.args.first }
+      expect(kept_stack.bytesize).to be <= 1024
+      expect(frames).to end_with(kept_stack)
+      expect(kept_stack).to start_with("Frame").and end_with("Frame199#call")
+      expect(frames.split(";")).to include(kept_stack.split(";").first)
+      expect(kept_text).to eq(frames.byteslice(0, 1024))
+    end
+
+    it "fires a trigger from a custom probe's latency argument, as from a latency method's" do
+      dir = Dir.mktmpdir("rec_trigger")
+      stderr = $stderr
+      $stderr = StringIO.new
+      request = StaticTracing::Tracepoint.new(:rec_rack, :request, String, Integer, latency: 1)
+      described_class.start(probes: ["rec_rack:*"], dump_when: "rec_rack:request > 1ms", dump_dir: dir, size: "64K")
+      request.fire("/fast", 10_000)
+      expect(Dir.children(dir)).to be_empty
+      request.fire("/slow", 5_000_000)
+
+      snapshot = eventually("the snapshot") { Dir[File.join(dir, "*.trace")].first }
+      expect(File.basename(snapshot)).to start_with("#{Process.pid}-rec_rack-request-")
+      expect(StaticTracing::CLI::TraceFile.read(snapshot).records.map(&:args))
+        .to eq([["/fast", 10_000], ["/slow", 5_000_000]])
+      eventually("the snapshot's warning") { $stderr.string.end_with?("\n") }
+      expect($stderr.string).to eq("static_tracing: rec_rack:request took 5ms (rec_rack:request > 1ms): " \
+                                   "wrote #{snapshot}\n")
+    ensure
+      $stderr = stderr
+      FileUtils.rm_rf(dir)
     end
 
     it "records into the ring even where no provider is loaded (no stub, no tracer)" do

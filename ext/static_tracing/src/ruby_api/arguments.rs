@@ -5,7 +5,7 @@ use magnus::{
     value::ReprValue, Error, Float, Integer, RArray, RClass, RString, Ruby, Symbol, TryConvert,
     Value,
 };
-use stapsdt::ring::Arg;
+use stapsdt::ring::{Arg, MAX_STRING};
 use stapsdt::{ArgType, MAX_ARGS};
 
 pub fn type_name(arg: ArgType) -> &'static str {
@@ -222,6 +222,27 @@ impl Registers {
 pub struct RecordedArgs<'a> {
     args: [Arg<'a>; MAX_ARGS],
     len: usize,
+}
+
+impl RecordedArgs<'_> {
+    /// A folded stack (root first) longer than the ring keeps is cut to
+    /// its end, from the start of a frame: its innermost frames are what a
+    /// flame graph needs, where any other String keeps its first bytes.
+    pub fn keep_stack_end(&mut self, index: usize) {
+        let Some(Arg::Str(stack)) = self.args.get_mut(index) else {
+            return;
+        };
+        let keep = MAX_STRING as usize;
+        if stack.len() <= keep {
+            return;
+        }
+        let tail = &stack[stack.len() - keep..];
+        let from = tail
+            .iter()
+            .position(|&byte| byte == b';')
+            .map_or(0, |at| at + 1);
+        *stack = &tail[from..];
+    }
 }
 
 impl<'a> std::ops::Deref for RecordedArgs<'a> {

@@ -53,6 +53,9 @@ pub(super) fn arm(
 ) -> Result<Option<u32>, Error> {
     let tracepoint = tracepoint(ruby, &tracepoint_value)?;
     let provider = tracepoint.provider_name(ruby);
+    tracepoint
+        .roles()
+        .set(tracepoint.spec().args(), latency_arg, stack_arg);
     recorder::with_current(|recording| {
         recording.arm(
             tracepoint.mark(),

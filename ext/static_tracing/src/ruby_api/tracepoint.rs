@@ -13,7 +13,7 @@ use magnus::{
     RArray, Ruby, Symbol, TypedData, Value,
 };
 use stapsdt::{ArgType, ProbeSpec};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 #[derive(TypedData)]
@@ -28,6 +28,9 @@ pub struct Tracepoint {
     mark: Mark,
     /// A recorded latency above this (ns) fires the recorder's trigger.
     trigger_above: AtomicU64,
+    /// Which argument holds a latency, and which a folded stack, as the
+    /// recording that armed this probe was told (see `Roles`).
+    roles: Roles,
 }
 
 impl DataTypeFunctions for Tracepoint {
@@ -50,7 +53,12 @@ impl Tracepoint {
             slot,
             mark: Mark::default(),
             trigger_above: AtomicU64::new(NO_TRIGGER),
+            roles: Roles::default(),
         }
+    }
+
+    pub fn roles(&self) -> &Roles {
+        &self.roles
     }
 
     pub fn mark(&self) -> &Mark {
@@ -122,7 +130,15 @@ impl Tracepoint {
             } else {
                 // SAFETY: the strings' bytes stay valid until `registers` is
                 // dropped, after the call (no Ruby code runs meanwhile).
-                recording.record(now, &unsafe { registers.recorded(types) });
+                let mut args = unsafe { registers.recorded(types) };
+                if let Some(stack) = rb_self.roles.stack() {
+                    args.keep_stack_end(stack);
+                }
+                recording.record(now, &args);
+            }
+            if let Some(latency) = rb_self.roles.latency() {
+                let latency = registers.values[latency] as i64;
+                recording.check_trigger(&rb_self.trigger_above, now, latency);
             }
         }
         if let (true, Some(site)) = (traced, site) {
@@ -204,6 +220,51 @@ impl Tracepoint {
         );
         types.freeze();
         types
+    }
+}
+
+/// The arguments a recording reads for more than their value: a latency
+/// (checked against a trigger's threshold) and a folded stack (which keeps
+/// its innermost frames when it is cut). Set as the probe is armed.
+#[derive(Debug)]
+pub struct Roles {
+    latency: AtomicU8,
+    stack: AtomicU8,
+}
+
+const NO_ROLE: u8 = u8::MAX;
+
+impl Default for Roles {
+    fn default() -> Roles {
+        Roles {
+            latency: AtomicU8::new(NO_ROLE),
+            stack: AtomicU8::new(NO_ROLE),
+        }
+    }
+}
+
+impl Roles {
+    /// Only indexes of this probe's arguments of the right type are kept.
+    pub fn set(&self, types: &[ArgType], latency: Option<u8>, stack: Option<u8>) {
+        let checked = |index: Option<u8>, wanted| {
+            index
+                .filter(|&index| types.get(usize::from(index)) == Some(&wanted))
+                .unwrap_or(NO_ROLE)
+        };
+        self.latency
+            .store(checked(latency, ArgType::Int64), Ordering::Relaxed);
+        self.stack
+            .store(checked(stack, ArgType::String), Ordering::Relaxed);
+    }
+
+    fn latency(&self) -> Option<usize> {
+        let index = self.latency.load(Ordering::Relaxed);
+        (index != NO_ROLE).then_some(usize::from(index))
+    }
+
+    fn stack(&self) -> Option<usize> {
+        let index = self.stack.load(Ordering::Relaxed);
+        (index != NO_ROLE).then_some(usize::from(index))
     }
 }
 
