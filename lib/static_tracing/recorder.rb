@@ -29,8 +29,9 @@ module StaticTracing
     # environment: forked children start their own) or :command (the
     # command that asked for it reads it; children start clean). +armed+:
     # tracepoint => its probe id in the ring (nil: the ring's probe table
-    # was full, its calls are counted as dropped). +lease_until+: a command's recording stops by
-    # itself when the command stops renewing it (monotonic seconds).
+    # was full, its calls are counted as dropped). +lease_until+: a
+    # command's recording stops by itself when the command stops renewing
+    # it (monotonic seconds).
     Recording = Struct.new(:id, :by, :settings, :path, :armed, :dumps, :lease, :lease_until,
                            keyword_init: true)
 
@@ -59,7 +60,7 @@ module StaticTracing
           recording = @recording or return false
 
           @recording = nil
-          recording.armed.each_key { |tracepoint| disarm(tracepoint) }
+          disarm_all(recording)
           Native.recorder_stop
           State.publish
           true
@@ -174,7 +175,7 @@ module StaticTracing
         recording = @recording or return
 
         @recording = nil
-        recording.armed.each_key { |tracepoint| disarm(tracepoint) }
+        disarm_all(recording)
         State.publish
         begin_recording(recording.settings, id: SecureRandom.hex(8), by: :process) if recording.by == :process
       rescue StandardError => e
@@ -216,12 +217,23 @@ module StaticTracing
       end
 
       def arm_matching(recording)
-        methods = MethodTracing.probes.group_by(&:tracepoint)
+        methods = method_probes
         StaticTracing.providers.each do |provider|
           provider.tracepoints.each_value do |tracepoint|
             arm(tracepoint, methods.fetch(tracepoint, [])) if matches?(recording, tracepoint)
           end
         end
+      end
+
+      def disarm_all(recording)
+        methods = method_probes
+        recording.armed.each_key { |tracepoint| disarm(tracepoint, methods.fetch(tracepoint, [])) }
+      end
+
+      # Tracepoint => the method probes it fires for, all at once: arming or
+      # disarming thousands of tracepoints one lookup each.
+      def method_probes
+        MethodTracing.probes.group_by(&:tracepoint)
       end
 
       def matches?(recording, tracepoint)
@@ -243,9 +255,9 @@ module StaticTracing
         Watcher.recording_changed(tracepoint, true)
       end
 
-      def disarm(tracepoint)
+      def disarm(tracepoint, method_probes)
         Native.recorder_disarm(tracepoint)
-        MethodTracing.probes_of(tracepoint).each { |probe| MethodTracing.unwant(probe, :record) }
+        method_probes.each { |probe| MethodTracing.unwant(probe, :record) }
         Watcher.recording_changed(tracepoint, false)
       end
 
