@@ -158,9 +158,14 @@ module StaticTracing
       end
 
       def no_control_message
-        "process #{pid} takes no requests: it runs a static_tracing without the recorder " \
-          "(#{state.version || "older"} than #{VERSION}), or could not create its control channel " \
-          "(see its stderr: \"static-tracing cannot send requests to this process\")"
+        why = if state.version == VERSION
+                "it could not create its control channel (its stderr says why: \"static-tracing cannot send " \
+                  "requests to this process\")"
+              else
+                "it runs static_tracing #{state.version || "older than 0.1.0"}, which has no recorder " \
+                  "(#{VERSION} has one)"
+              end
+        "process #{pid} takes no requests (record, dump): #{why}"
       end
 
       def monotonic
