@@ -55,14 +55,14 @@ module E2E
       end.first
     end
 
-    # A copy of the gem's lib/ and exe/ that any user can read, outside
-    # /tmp: for children that run as another user, or with a /tmp of their
-    # own, wherever the checkout is and whatever its mode (a fresh clone in
-    # a 0700 directory under /tmp, say). Made once a run.
+    # A copy of the gem's lib/, exe/ and examples/ that any user can read,
+    # outside /tmp: for children that run as another user, or with a /tmp
+    # of their own, wherever the checkout is and whatever its mode (a fresh
+    # clone in a 0700 directory under /tmp, say). Made once a run.
     def portable_root
       @portable_root ||= begin
         root = Dir.mktmpdir("static_tracing-spec", File.directory?("/var/tmp") ? "/var/tmp" : nil)
-        FileUtils.cp_r([File.join(ROOT, "lib"), File.join(ROOT, "exe")], root)
+        FileUtils.cp_r(%w[lib exe examples].map { |dir| File.join(ROOT, dir) }, root)
         FileUtils.chmod_R("a+rX", root)
         creator = Process.pid
         at_exit { FileUtils.rm_rf(root) if Process.pid == creator }
@@ -92,8 +92,10 @@ module E2E
   class Child
     attr_reader :pid, :output
 
-    def initialize(*command, env: {})
-      @stdin, @stdout, @thread = Open3.popen2e(env, *command, pgroup: true)
+    # +chdir+: the directory it starts in (a child running as another user
+    # may not be allowed into this one).
+    def initialize(*command, env: {}, chdir: nil)
+      @stdin, @stdout, @thread = Open3.popen2e(env, *command, pgroup: true, **{ chdir: }.compact)
       @pid = @thread.pid
       @output = +""
       @lock = Mutex.new

@@ -25,6 +25,11 @@ module StubNames
     "#{process_key(pid)}.control"
   end
 
+  # The ring the recorder writes into.
+  def ring_file(pid = Process.pid)
+    "#{process_key(pid)}.ring"
+  end
+
   # Matches the base name of a stub file of +provider+ made by process +pid+.
   def stub_file_pattern(provider, pid = Process.pid)
     /\A#{provider}-#{process_key(pid)}-\d+\.so\z/

@@ -13,11 +13,12 @@ module E2E
 
     # The unicorn command line serving +config_ru+, and its environment:
     # unicorn's script run by this Ruby, whatever Ruby its #! line names,
-    # since the extension in LIB is built for this one.
-    def self.command(config_ru, port:, workers:)
+    # since the extension in LIB is built for this one. +root+: where the
+    # gem's lib/ and examples/ are (E2E.portable_root for another user).
+    def self.command(config_ru, port:, workers:, root: ROOT)
       [{ "UNICORN_LISTEN" => "127.0.0.1:#{port}", "UNICORN_WORKERS" => workers.to_s },
-       RbConfig.ruby, executable || "unicorn", "-I", LIB, "-E", "none", "-c", File.join(APP, "unicorn.conf.rb"),
-       config_ru]
+       RbConfig.ruby, executable || "unicorn", "-I", File.join(root, "lib"), "-E", "none", "-c",
+       File.join(root, "examples", "unicorn", "unicorn.conf.rb"), config_ru]
     end
 
     # unicorn's script on PATH, or nil.
@@ -40,16 +41,19 @@ module E2E
   end
 
   # The example app under a real unicorn master, with preload_app and as
-  # many workers as asked for, on a free loopback port.
+  # many workers as asked for, on a free loopback port. +root+ and
+  # +prefix+ run it from another copy of the gem, under another command:
+  # root: E2E.portable_root, prefix: E2E::Unprivileged.command as another user.
   class Unicorn < Child
     include UnicornApp
     include WebServer
 
-    def initialize(workers: 1, env: {})
+    def initialize(workers: 1, env: {}, root: ROOT, prefix: [])
       @port = E2E.free_port
       @workers = workers
-      unicorn_env, *command = UnicornApp.command(File.join(APP, "config.ru"), port: @port, workers:)
-      super(*command, env: env.merge(unicorn_env))
+      config_ru = File.join(root, "examples", "unicorn", "config.ru")
+      unicorn_env, *command = UnicornApp.command(config_ru, port: @port, workers:, root:)
+      super(*prefix, *command, env: env.merge(unicorn_env), chdir: root)
       workers.times { |index| wait_for(/worker=#{index} ready/) }
     end
 
