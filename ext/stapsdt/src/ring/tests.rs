@@ -445,6 +445,34 @@ fn a_writer_that_gives_up_puts_back_the_slots_it_took() {
 }
 
 #[test]
+fn a_large_record_that_gives_up_puts_back_every_slot_it_took() {
+    let config = config(64, true);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let probe = ring
+        .add_probe("app", "p", &[ArgType::Int64], None, None)
+        .unwrap();
+    let strings = ring
+        .add_probe("app", "s", &[ArgType::String], None, None)
+        .unwrap();
+    for value in 0..64 {
+        assert!(ring.record_integer(probe, 0, 0, value));
+    }
+    memory.set_word(slot_at(&config, 20), 0);
+    // 602 bytes: 26 slots, more than records keep their taken stamps for
+    // on the stack's small buffer; it takes 20 of them, then finds one held.
+    assert!(!ring.record(strings, 0, 0, &[Arg::Str(&[b's'; 600])]));
+    for position in 0..20 {
+        assert_eq!(
+            memory.slot_word(&config, position, 0),
+            first_stamp(position, 1)
+        );
+    }
+    assert_eq!(snapshot(&ring).records.len(), 63);
+    drop(ring);
+}
+
+#[test]
 fn a_slot_given_up_on_its_first_lap_can_be_taken_later() {
     let config = config(4, true);
     let memory = Memory::new(&config);

@@ -46,6 +46,10 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// The smallest ring `RingConfig::for_size` makes: 2048 slots, room for a
 /// few hundred records of Strings.
+/// Records of up to this many slots (a payload of up to 368 bytes) keep
+/// the stamps they claim in a small buffer (see `Ring::record`).
+const SMALL_RECORD_SLOTS: u64 = 16;
+
 pub const MIN_SLOTS_BYTES: u64 = 64 << 10;
 /// The largest: 2^27 slots.
 pub const MAX_SLOTS_BYTES: u64 = 4 << 30;
@@ -456,17 +460,17 @@ impl Ring {
         let Some(seq) = self.reserve(slots) else {
             return false;
         };
-        // slots <= MAX_RECORD_SLOTS: a probe has at most six arguments.
-        let mut previous = [0; MAX_RECORD_SLOTS as usize];
-        for index in 0..slots {
-            let slot_seq = seq.wrapping_add(index);
-            match self.claim(&self.region.slot(slot_seq)[0], slot_seq) {
-                Some(stamp) => previous[index as usize] = stamp,
-                None => {
-                    self.give_up(seq, &previous[..index as usize]);
-                    return false;
-                }
-            }
+        // The stamps taken are kept to be put back if the record is given
+        // up: most records fit a few slots, and clearing room for the
+        // largest on every call would cost more than the record itself.
+        let claimed = if slots <= SMALL_RECORD_SLOTS {
+            self.claim_slots(seq, &mut [0; SMALL_RECORD_SLOTS as usize][..slots as usize])
+        } else {
+            // slots <= MAX_RECORD_SLOTS: a probe has at most six arguments.
+            self.claim_slots(seq, &mut [0; MAX_RECORD_SLOTS as usize][..slots as usize])
+        };
+        if !claimed {
+            return false;
         }
         fence(Release);
         let first = self.region.slot(seq);
@@ -490,6 +494,24 @@ impl Ring {
             self.region.slot(seq.wrapping_add(index))[0].store(later_stamp(seq, index), Release);
         }
         first[0].store(first_stamp(seq, slots), Release);
+        true
+    }
+
+    /// Takes the slots from `seq` on, one for each of `previous`, which
+    /// receives the stamps they held; gives them all back, and returns
+    /// false, if one of them cannot be taken.
+    #[inline]
+    fn claim_slots(&self, seq: u64, previous: &mut [u64]) -> bool {
+        for index in 0..previous.len() {
+            let slot_seq = seq.wrapping_add(index as u64);
+            match self.claim(&self.region.slot(slot_seq)[0], slot_seq) {
+                Some(stamp) => previous[index] = stamp,
+                None => {
+                    self.give_up(seq, &previous[..index]);
+                    return false;
+                }
+            }
+        }
         true
     }
 
