@@ -31,11 +31,12 @@
 #   end
 #
 # Rows keep raw values, all of them in the JSON; columns pick what the table
-# shows, formatted :d1 (decimals), :r1 (a [min, max] pair), :int, :auto,
-# :x (a ratio), or as words. A row that cannot be measured says so in its
-# first column ("...: skipped: why") and in skipped: why. Anything other
-# than a loop: Bench.interleave(name => lambda, rounds:) gives each lambda's
-# results, round by round, and Bench.median / Bench.median_ratio reduce them.
+# shows, formatted :d1 (decimals), :r1 (a [min, max] pair), :int, :auto (an
+# Integer as :int), :x (a ratio), or as words. A row that cannot be measured
+# says so in its first column ("...: skipped: why") and in skipped: why.
+# Anything other than a loop: Bench.interleave(name => lambda, rounds:)
+# gives each lambda's results, round by round, and Bench.median /
+# Bench.median_ratio reduce them.
 # Processes (Child, Bench.run_command), bpftrace (Bpftrace.attached) and the
 # example app (Unicorn) are in bench/support.rb; #work_file names a file in
 # tmp/bench/. Groups run in ORDER, then any other by key, then Targets,
@@ -210,7 +211,11 @@ module Bench
   class Table
     FORMATS = {
       int: ->(value) { value.round.to_s.gsub(/(\d)(?=(\d{3})+\z)/, "\\1,") },
-      auto: ->(value) { format("%.#{[3 - Math.log10([value.abs, 1].max).floor, 1].max}f", value) },
+      auto: lambda do |value|
+        next FORMATS[:int].call(value) if value.is_a?(Integer)
+
+        format("%.#{[3 - Math.log10([value.abs, 1].max).floor, 1].max}f", value)
+      end,
       x: ->(value) { format("%.2fx", value) }, nil => :to_s.to_proc
     }.freeze
 

@@ -21,6 +21,37 @@ module Bench
     LOAD_1000_MS = 2.0
     # Per-probe load cost at 10,000 over that at 1,000: linear within this.
     LINEAR = 1.25
+    # A recorded LatencyTracer call: at most this times the same call with
+    # bpftrace attached.
+    RECORDED_OVER_ATTACHED = 0.25
+    RECORDED_FIRE_NS = 60.0
+    # `static-tracing report` reading a million one-Integer records.
+    REPORT_MILLION_S = 2.0
+    # While nothing records, a path's cost against its twin's once a
+    # recording that recorded it has stopped, over that before the first:
+    # unchanged within this (the noise of two phases that cannot share rounds).
+    IDLE = 1.05
+    # Rows of the recorder_idle table => what the path is.
+    IDLE_PATHS = {
+      "fire_int" => "fire(Integer), no tracer",
+      "latency_tracer.disarmed" => "LatencyTracer method, tracing off",
+      "latency_tracer.armed" => "LatencyTracer method, on, no tracer",
+      "latency_block.off" => "StaticTracing.latency { }, tracing off",
+      "latency_block.armed" => "StaticTracing.latency { }, on, no tracer"
+    }.freeze
+    # Figures the recorder is asked to report: id => [what, section, row, field, unit].
+    RECORDER_INFORMATION = {
+      "recorder.report_dump" => ["static-tracing report, 1,000,000 records of a dump", :recorder_ring,
+                                 "ring.report_dump", :seconds, "s"],
+      "recorder.fire_int_string" => ["recorded fire(Integer, String)", :recorder, "fire_int_string.recorded",
+                                     :ns_per_call, "ns/call"],
+      "recorder.latency_block" => ["recorded StaticTracing.latency(name:, provider:) { }", :recorder,
+                                   "latency_block.recorded", :ns_per_call, "ns/call"],
+      "recorder.memory" => ["ring file, default size (8 MiB of slots)", :recorder_ring, "ring.memory.default",
+                            :file_bytes, "bytes"],
+      "recorder.memory_flight" => ["ring file, default flight size (16 MiB of slots)", :recorder_ring,
+                                   "ring.memory.flight", :file_bytes, "bytes"]
+    }.freeze
 
     # Check => what it says; one row a shape, id "check.shape".
     METHOD_TARGETS = {
@@ -51,7 +82,34 @@ module Bench
       method_rows + fire_rows + attached_floor_rows +
         [target("load.thousand_ms", "load of 1,000 probes <= 2 ms") { load_thousand },
          target("load.linear", "load linear to 10,000 (per-probe cost ratio <= #{LINEAR})") { linear },
-         target("load.add_one", "add 1 probe to a loaded 1,000 <= full load") { reload_one }]
+         target("load.add_one", "add 1 probe to a loaded 1,000 <= full load") { reload_one }] +
+        recorder_rows
+    end
+
+    # The recorder's targets (bench/recorder.rb), and the figures it is asked to report.
+    def recorder_rows
+      [target("recorder.latency_tracer", "recorded LatencyTracer call <= 1/4 of the call attached (bpftrace)") do
+         recorded_latency
+       end,
+       target("recorder.fire_int", "recorded fire(Integer) <= #{RECORDED_FIRE_NS.to_i} ns") do
+         [value(:recorder, "fire_int.recorded", :ns_per_call), RECORDED_FIRE_NS, "ns/call", nil]
+       end,
+       target("recorder.threads", "4 threads recording at once: records == calls, lost == 0") { threads },
+       *IDLE_PATHS.map do |path, name|
+         target("recorder.idle.#{path}", "nothing recording: #{name}, stopped / never started <= #{IDLE}") do
+           [value(:recorder_idle, path, :ratio), IDLE, "x never started (against its twin)", nil]
+         end
+       end,
+       target("recorder.report", "static-tracing report, 1,000,000 records of a live ring < " \
+                                 "#{REPORT_MILLION_S.to_i} s") do
+         [value(:recorder_ring, "ring.report_live", :seconds), REPORT_MILLION_S,
+          "s (#{value(:recorder_ring, "ring.report_live", :clock)})",
+          { cpu_s: value(:recorder_ring, "ring.report_live", :cpu_s),
+            wall_s: value(:recorder_ring, "ring.report_live", :wall_s) }]
+       end,
+       *RECORDER_INFORMATION.map do |id, (name, *field, unit)|
+         target(id, "#{name} (information)") { [value(*field), nil, unit, nil] }
+       end]
     end
 
     def method_rows
@@ -142,6 +200,22 @@ module Bench
 
     def linear
       [value(:load_growth, "growth.load_per_probe", :ratio), LINEAR, "x per-probe cost at 1,000", nil]
+    end
+
+    def recorded_latency
+      inputs = { attached_ns: value(:recorder, "latency_tracer.attached", :ns_per_call),
+                 recorded_ns: value(:recorder, "latency_tracer.recorded", :ns_per_call) }
+      [value(:recorder, "latency_tracer.recorded", :ratio), RECORDED_OVER_ATTACHED, "x the attached call", inputs]
+    end
+
+    # Records wrong in any way: missing or extra against the calls made,
+    # lost, values read twice, never or out of range.
+    def threads
+      row = %i[calls records lost missing repeated outside].to_h do |field|
+        [field, value(:recorder_ring, "ring.threads", field)]
+      end
+      [(row[:records] - row[:calls]).abs + row.values_at(:lost, :missing, :repeated, :outside).sum, 0,
+       "records wrong of #{Table::FORMATS[:int].call(row[:calls])}", row]
     end
 
     def reload_one

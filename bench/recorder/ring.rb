@@ -1,0 +1,178 @@
+# frozen_string_literal: true
+
+module Bench
+  class Recorder
+    # The ring: threads recording into one at once, every record read back
+    # by another process; `static-tracing report` reading a million
+    # records, from the live ring and from its dump; and what a ring of
+    # each default size takes.
+    class Ring
+      PROVIDER = :bench_recorder_ring
+      PATTERNS = ["#{PROVIDER}:*".freeze].freeze
+      THREADS = 4
+      CALLS = 1_000_000
+      # 2^20 slots: room for CALLS one-slot records, without flight.
+      SIZE = "32M"
+      # Each thread passes the GVL on this often, so that the threads'
+      # records interleave in the ring.
+      PASS_EVERY = 1_000
+      REPORT_ROUNDS = 3
+      EXE = File.join(ROOT, "exe", "static-tracing")
+      READ_BACK = File.join(__dir__, "read_back.rb")
+      MIB = 1024.0 * 1024
+      COUNT = Table::FORMATS[:int]
+
+      def initialize(group)
+        @group = group
+        registered = StaticTracing::Provider.register(group.provider(PROVIDER))
+        @tracepoint = registered.add_tracepoint(:latency, Integer, latency: 0)
+        registered.load
+      end
+
+      def run
+        table = @group.add_table(:recorder_ring, "The ring: threads, reading back, memory",
+                                 params: { threads: THREADS, calls: CALLS, size: SIZE, report_rounds: REPORT_ROUNDS },
+                                 measurement: "measurement", value: ["value", :auto], unit: "unit",
+                                 detail: "detail")
+        status = StaticTracing::Recorder.start(probes: PATTERNS, flight: false, size: SIZE)
+        begin
+          table.row(threads_row(status["ring"]))
+          report_rows(status["ring"]).each { |row| table.row(row) }
+        ensure
+          StaticTracing::Recorder.stop
+        end
+        [false, true].each { |flight| table.row(memory_row(flight)) }
+        notes(table)
+      end
+
+      private
+
+      def notes(table)
+        table.note("Tracepoint#fire holds the GVL from start to end: the threads take turns at GVL hand-offs " \
+                   "(each passes it every #{PASS_EVERY} calls), so their records interleave in the ring, but no " \
+                   "two are written at the same instant; records read back by a separate Ruby process " \
+                   "(TraceFile.read, as static-tracing reads)")
+        table.note("report: `static-tracing report FILE` run to its end, Ruby's start included, in " \
+                   "#{CLOCK == "wall" ? "wall time" : "CPU time (user + system)"}, the median of #{REPORT_ROUNDS} " \
+                   "interleaved rounds after a warm-up; its output said #{CALLS} records, none lost, each time " \
+                   "unless a WARNING says otherwise")
+        table.note("memory: the ring file is allocated whole when recording starts (fallocate); resident: the " \
+                   "mapping's Rss in /proc/self/smaps after one lap of one-slot records")
+      end
+
+      # THREADS threads fire CALLS values (0 to CALLS - 1, each once) into
+      # a ring with room for them all; another process reads it back.
+      def threads_row(path)
+        per_thread = CALLS / THREADS
+        wall_ns = Bench.time_ns do
+          Array.new(THREADS) { |thread| Thread.new { fire_values(thread * per_thread, per_thread) } }.each(&:join)
+        end
+        counts = read_back(path)
+        exact = counts[:records] == CALLS && counts.values_at(:lost, :missing, :repeated, :outside).all?(&:zero?)
+        { id: "ring.threads", measurement: "#{THREADS} threads x #{COUNT.call(per_thread)} fire(Integer) into a " \
+                                           "#{SIZE} ring (not flight), read back",
+          value: counts[:records], unit: "records of #{COUNT.call(CALLS)} calls", calls: CALLS, exact:,
+          wall_ns_per_record: wall_ns.fdiv(CALLS), **counts,
+          detail: format("%<verdict>s: lost %<lost>d, dropped %<dropped>d, values missing %<missing>d, repeated " \
+                         "%<repeated>d; %<threads>d threads, %<switches>d thread switches; %<ns>.0f ns a record (wall)",
+                         verdict: exact ? "exact" : "NOT EXACT", ns: wall_ns.fdiv(CALLS), **counts) }
+      end
+
+      def fire_values(first, count)
+        tracepoint = @tracepoint
+        count.times do |index|
+          tracepoint.fire(first + index)
+          Thread.pass if (index % PASS_EVERY).zero?
+        end
+      end
+
+      def read_back(path)
+        output = Bench.run_command(RbConfig.ruby, "-I", File.join(ROOT, "lib"), READ_BACK, path, CALLS.to_s,
+                                   log: @group.file("recorder-read-back.log"), timeout: 300)
+        JSON.parse(output.lines.last, symbolize_names: true)
+      end
+
+      # The live ring, and a dump of it, read by the command, in
+      # interleaved rounds (the first a warm-up): the command's CPU time
+      # (user and system, as its rusage counts it), or with BENCH_CLOCK=wall
+      # its wall time, which the reference host's other jobs inflate; both
+      # are kept.
+      def report_rows(ring)
+        dump = @group.file("recorder-report.trace")
+        FileUtils.rm_f(dump)
+        StaticTracing::Recorder.dump(dump)
+        files = { "ring.report_live" => ["live ring", ring], "ring.report_dump" => ["trace file (its dump)", dump] }
+        @warnings = []
+        times = Bench.interleave(files.transform_values { |_, path| -> { report_times(path) } }, rounds: REPORT_ROUNDS)
+        files.map { |id, (what, _)| report_row(id, what, times[id]) }
+      end
+
+      def report_row(id, what, times)
+        cpu, wall = times.transpose
+        clock = CLOCK == "wall" ? "wall time" : "CPU time"
+        seconds = CLOCK == "wall" ? wall : cpu
+        low, high = seconds.minmax
+        warning = "; WARNING: #{@warnings.uniq.join("; ")}" if @warnings.any?
+        { id:, measurement: "static-tracing report, #{COUNT.call(CALLS)} one-Integer records, #{what}",
+          value: Bench.median(seconds), unit: "s", seconds: Bench.median(seconds), clock:, cpu_s: Bench.median(cpu),
+          wall_s: Bench.median(wall), cpu_samples_s: cpu.map { _1.round(3) }, wall_samples_s: wall.map { _1.round(3) },
+          detail: format("%<clock>s %<low>.2f..%<high>.2f s; wall time %<wall>.2f s%<warning>s",
+                         clock:, low:, high:, wall: Bench.median(wall), warning:) }
+      end
+
+      # [CPU seconds, wall seconds] of one run of the command on +path+.
+      def report_times(path)
+        output = nil
+        before = Process.times
+        ns = Bench.time_ns do
+          output = Bench.run_command(RbConfig.ruby, EXE, "report", path,
+                                     log: @group.file("recorder-report.log"), timeout: 120)
+        end
+        after = Process.times
+        @warnings << "the report did not say #{CALLS} records, none lost" unless
+          output.include?("#{CALLS} records") && output.include?("none lost")
+        [after.cutime + after.cstime - before.cutime - before.cstime, ns / 1e9]
+      end
+
+      # A recording of the default size (flight or not): the file, what is
+      # allocated for it, and what is resident after one lap of records.
+      def memory_row(flight)
+        status = nil
+        start_ns = Bench.time_ns { status = StaticTracing::Recorder.start(probes: PATTERNS, flight:) }
+        path = status["ring"]
+        file_bytes = File.size(path)
+        allocated = File.stat(path).blocks * 512
+        Loop.call("fire", @tracepoint, :fire, 1).time_ns(status["size"] / StaticTracing::RecordingOptions::SLOT_SIZE)
+        resident = resident_bytes(path)
+        StaticTracing::Recorder.stop
+        { id: "ring.memory.#{flight ? "flight" : "default"}",
+          measurement: "ring file, default size#{flight ? " in flight mode" : ""} " \
+                       "(#{status["size"] / 1024 / 1024} MiB of slots)",
+          value: file_bytes / MIB, unit: "MiB", file_bytes:, allocated_bytes: allocated, resident_bytes: resident,
+          start_ms: start_ns / 1e6, filesystem: filesystem(path),
+          detail: format("%<allocated>.2f MiB allocated, %<resident>.2f MiB resident after a lap; Recorder.start " \
+                         "%<ms>.1f ms; on %<fs>s", allocated: allocated / MIB, resident: resident / MIB,
+                                                   ms: start_ns / 1e6, fs: filesystem(path)) }
+      end
+
+      # The Rss of this process's mappings of +path+.
+      def resident_bytes(path)
+        inside = false
+        File.foreach("/proc/self/smaps").sum do |line|
+          if line.match?(/\A\h+-\h+ /)
+            inside = line.rstrip.end_with?(" #{path}")
+            0
+          else
+            inside && line.start_with?("Rss:") ? Integer(line[/\d+/]) * 1024 : 0
+          end
+        end
+      end
+
+      def filesystem(path)
+        dir = File.dirname(path)
+        type, status = Open3.capture2("stat", "-f", "-c", "%T", dir)
+        status.success? ? "#{type.strip} (#{dir})" : dir
+      end
+    end
+  end
+end
