@@ -24,6 +24,9 @@ module StaticTracing
     PUBLISH_INTERVAL_NS = 1_000_000_000
 
     @latency = Hash.new { |hash, provider| hash[provider] = {} }
+    # Whether latency blocks are traced now: tracing on, attach mode or a
+    # recording. One flag their path reads, kept by #tracing_changed.
+    @traced = false
     @checked = {}
     @errors = 0
     @warned = {}.compare_by_identity
@@ -50,6 +53,12 @@ module StaticTracing
         end
         publish_errors
         nil
+      end
+
+      # Called when tracing is switched, attach mode set or a recording
+      # started or stopped.
+      def tracing_changed
+        @traced = Switch.enabled? || Switch.attach_mode? || Recorder.recording?
       end
 
       # Checks the names of a latency block while tracing is off, when its
@@ -89,11 +98,12 @@ module StaticTracing
       end
 
       # The tracepoint of a latency block, or nil when it is to run untraced:
-      # tracing off and nothing recording (its names still checked), or a non-main Ractor, where
-      # tracing state cannot be read (Ractor::Error) and nothing is traced.
+      # tracing off and nothing recording (its names still checked), or a
+      # non-main Ractor, where tracing state cannot be read (Ractor::Error)
+      # and nothing is traced.
       # Yields for the block's receiver when there is no provider.
       def latency_block_tracepoint(provider, name)
-        unless Switch.enabled? || Switch.attach_mode? || Recorder.recording?
+        unless @traced
           check_latency_names(provider, name)
           return nil
         end

@@ -60,6 +60,7 @@ module StaticTracing
           recording = @recording or return false
 
           @recording = nil
+          Blocks.tracing_changed
           disarm_all(recording)
           Native.recorder_stop
           State.publish
@@ -175,6 +176,7 @@ module StaticTracing
         recording = @recording or return
 
         @recording = nil
+        Blocks.tracing_changed
         disarm_all(recording)
         State.publish
         begin_recording(recording.settings, id: SecureRandom.hex(8), by: :process) if recording.by == :process
@@ -204,6 +206,7 @@ module StaticTracing
           path = Native.recorder_start(settings.ring_size, settings.flight, Watcher.wake_fd)
           @recording = Recording.new(id:, by:, settings:, path:, armed: {}.compare_by_identity, dumps: [],
                                      lease:, lease_until: lease && (now + lease))
+          Blocks.tracing_changed
           arm_matching(@recording)
           keep_lease if lease
           State.publish

@@ -43,6 +43,7 @@ module StaticTracing
           return if @attach_mode == value
 
           @attach_mode = value
+          Blocks.tracing_changed
           if value
             StaticTracing.providers.each { |provider| load_for_tracing(provider) }
             MethodTracing.watch_all
@@ -58,6 +59,7 @@ module StaticTracing
           return false if @enabled
 
           @enabled = true
+          Blocks.tracing_changed
           MethodTracing.arm_all
           StaticTracing.providers.each { |provider| load_for_tracing(provider) }
           Native.tracing_toggled(true)
@@ -71,6 +73,7 @@ module StaticTracing
           return false unless @enabled
 
           @enabled = false
+          Blocks.tracing_changed
           MethodTracing.disarm_all
           unload_for_tracing unless @attach_mode
           Native.tracing_toggled(false)
