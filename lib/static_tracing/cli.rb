@@ -33,16 +33,26 @@ module StaticTracing
         @commands[name] = command
       end
 
-      # Runs the command line +argv+ and returns the exit status.
+      # Runs the command line +argv+ and returns the exit status. What it
+      # writes is flushed before it returns, so that an error writing it is
+      # said (Output).
       def run(argv, out: $stdout, err: $stderr, env: ENV)
         argv = argv.dup
+        out = Output.new(out, "stdout")
+        err = Output.new(err, "stderr")
         name = argv.shift
-        case name
-        when nil then usage_error(err, "no command given")
-        when "-h", "--help", "help" then help(argv.first, out, err)
-        when "-v", "--version", "version" then version(out)
-        else dispatch(name, argv, out:, err:, env:)
-        end
+        status = case name
+                 when nil then usage_error(err, "no command given")
+                 when "-h", "--help", "help" then help(argv.first, out, err)
+                 when "-v", "--version", "version" then version(out)
+                 else dispatch(name, argv, out:, err:, env:)
+                 end
+        out.flush
+        status
+      rescue Output::Failed => e
+        report(err, "#{PROGRAM}: #{e.message}", EXIT_ERROR)
+      rescue Errno::EPIPE
+        0
       end
 
       def help_text
@@ -96,14 +106,18 @@ module StaticTracing
                EXIT_USAGE)
       end
 
+      # Where stderr cannot be written to either, the status says it all.
       def report(err, message, status)
         err.puts(message)
+        status
+      rescue Output::Failed, Errno::EPIPE
         status
       end
     end
   end
 end
 
+require_relative "cli/output"
 require_relative "cli/target"
 require_relative "cli/command"
 require_relative "cli/list"

@@ -60,19 +60,15 @@ module StaticTracing
         0
       end
 
-      # Yields the destination: OUTPUT, or stdout, flushed so that an error
-      # writing it is reported here. A closed pipe is left to CLI.run,
-      # which ends quietly.
+      # Yields the destination: OUTPUT, or stdout (whose write errors, and
+      # a closed pipe, CLI.run reports).
       def writing(&)
-        return File.open(@output, "w", &) if @output
+        return yield out unless @output
 
-        yield out
-        out.flush if out.respond_to?(:flush)
-      rescue Errno::EPIPE
-        raise
+        File.open(@output, "w", &)
       rescue SystemCallError, IOError => e
         reason = e.is_a?(SystemCallError) ? SystemCallError.new(nil, e.errno).message : e.message
-        raise Error, "cannot write the report to #{@output || "stdout"}: #{reason}"
+        raise Error, "cannot write the report to #{@output}: #{reason}"
       end
     end
   end
