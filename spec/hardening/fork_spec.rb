@@ -10,65 +10,10 @@ RSpec.describe "Providers across fork", :e2e do
   # The parent: a REPL with a loaded provider, and a way to fork children
   # that evaluate what the parent sends them over a pipe.
   let(:parent) do
-    ruby_repl(<<~'RUBY')
+    ruby_repl(<<~'RUBY' + E2E::FORKING_REPL)
       $provider = StaticTracing::Provider.register(:forked)
       $hello = $provider.add_tracepoint(:hello, Integer)
       $provider.load
-
-      class Kid
-        attr_reader :pid
-
-        def initialize
-          down, @down = IO.pipe
-          @up, up = IO.pipe
-          @pid = fork do
-            @down.close
-            @up.close
-            while (line = down.gets)
-              result = begin
-                [:ok, TOPLEVEL_BINDING.eval(line.chomp.unpack1("m0"))]
-              rescue Exception => e
-                [:error, "#{e.class}: #{e.message}"]
-              end
-              payload = begin
-                Marshal.dump(result)
-              rescue TypeError
-                Marshal.dump([result.first, result.last.inspect])
-              end
-              up.puts([payload].pack("m0"))
-            end
-          end
-          down.close
-          up.close
-        end
-
-        def eval(code)
-          send_code(code)
-          raise "child #{@pid} did not answer" unless IO.select([@up], nil, nil, 20)
-
-          status, value = Marshal.load((@up.gets or raise "child #{@pid} is gone").chomp.unpack1("m0"))
-          raise value if status == :error
-
-          value
-        end
-
-        def send_code(code)
-          @down.puts([code].pack("m0"))
-        end
-
-        # How the child ended, once it has.
-        def wait
-          raise "child #{@pid} did not exit" unless IO.select([@up], nil, nil, 20)
-
-          Process.wait2(@pid).last
-        end
-
-        # The child leaves its loop and exits as a program does, at_exit handlers run.
-        def finish
-          @down.close
-          wait
-        end
-      end
     RUBY
   end
 
