@@ -4,7 +4,9 @@ module StaticTracing
   # Process._fork is the one hook every fork goes through (Kernel#fork,
   # Process.fork, IO.popen("-")); Process.daemon forks without it. Either way
   # the new process needs its own signal and attach watchers (the parent's
-  # threads did not survive the fork), its own control channel and
+  # threads did not survive the fork), stubs of its own where a tracer was
+  # attached to its parent's (Provider.renew_after_fork), nothing armed for
+  # the parent's tracers (Watcher), its own control channel and
   # `<pid>-<pidns>.state`, in that order (the state names the signal the
   # process listens to, and the channel), then its own recording, if any.
   module ForkHook
@@ -35,6 +37,7 @@ module StaticTracing
     # come out of the application's fork, in the child.
     def self.start_new_process
       SignalToggle.restart_after_fork
+      Provider.renew_after_fork
       Watcher.restart_after_fork
       Control.restart_after_fork
       State.publish

@@ -33,6 +33,20 @@ module StaticTracing
         register(name).load
       end
 
+      # In a forked child: its memory is a copy of its parent's, and so are
+      # the semaphores a tracer attached to the parent raised, and the
+      # breakpoints it planted in the stubs. The tracer is the parent's; the
+      # kernel would take the child's copies away only at each probe's first
+      # call, which a tracer would not see. So a provider whose probes look
+      # attached is loaded afresh, into a stub of the child's own: nothing is
+      # attached to the child until a tracer attaches to it.
+      def renew_after_fork
+        StaticTracing.providers.each { |provider| provider.send(:renew_inherited_attachments) }
+      rescue StandardError => e
+        warn("static_tracing: process #{Process.pid} keeps the probes it inherited, attached as in its parent: " \
+             "#{e.class}: #{e.message}")
+      end
+
       # Raises what declaring +probe+ with +types+ on a new provider
       # +name+ would, and builds nothing: a refused declaration must not
       # leave its provider behind in the registry.
@@ -137,6 +151,15 @@ module StaticTracing
     def load_image
       skipped = _load
       StaticTracing.warn_stub_fallback(skipped) unless skipped.empty?
+    end
+
+    def renew_inherited_attachments
+      @lock.synchronize do
+        next unless loaded? && tracepoints.each_value.any?(&:enabled?)
+
+        _unload
+        load_image
+      end
     end
 
     # Loads the provider for StaticTracing.enable!; true if it was not loaded.

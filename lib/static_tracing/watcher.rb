@@ -144,6 +144,7 @@ module StaticTracing
       def restart_after_fork
         @pipe&.each { |io| io.close unless io.closed? }
         @thread = @pipe = @control = nil
+        forget_parents_tracers
         return if @ids.empty? && @jobs.empty?
 
         @lock.synchronize { start }
@@ -152,6 +153,16 @@ module StaticTracing
       end
 
       private
+
+      # The tracers attached to the parent are the parent's: a listener that
+      # acted on one (a method armed) is told it is gone.
+      def forget_parents_tracers
+        @lock.synchronize do
+          ids = @attached.select { |_, attached| attached }.keys
+          @attached.clear
+          ids.each { |id| tell(id) unless wanted?(id) }
+        end
+      end
 
       def start
         return if @thread

@@ -245,10 +245,15 @@ fn hold_across_fork() -> io::Result<()> {
     extern "C" fn after_fork_in_child() {
         HELD_ACROSS_FORK.with(|held| {
             if let Some(mut watch) = held.borrow_mut().take() {
-                // The poller did not come along, and the pipe is the parent's.
+                // The poller did not come along, and the pipe is the parent's;
+                // the tracers attached are the parent's too.
                 watch.poller_pid = None;
                 watch.poller_tid = None;
                 watch.wake = None;
+                watch.changes.clear();
+                for entry in &mut watch.entries {
+                    entry.attached = false;
+                }
             }
         });
     }
