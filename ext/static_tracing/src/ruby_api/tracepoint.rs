@@ -39,9 +39,10 @@ impl DataTypeFunctions for Tracepoint {
     }
 }
 
-/// `tracepoint provider:probe`: how messages name a tracepoint.
+/// `tracepoint provider:probe`: how messages name a tracepoint. Every
+/// declaration makes one: joined, it costs a fraction of a `format!`.
 pub fn label(provider: &str, probe: &str) -> String {
-    format!("tracepoint {provider}:{probe}")
+    ["tracepoint ", provider, ":", probe].concat()
 }
 
 impl Tracepoint {
