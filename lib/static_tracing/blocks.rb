@@ -14,9 +14,6 @@ module StaticTracing
     # and a call with other types than the declaration's misses and gets
     # the redeclaration error.
     CUSTOM = {} # rubocop:disable Style/MutableConstant -- a registry, filled under STATE_LOCK
-    # The StaticTracing.tracepoint tracepoints whose block has had its
-    # first, unattached, run (see StaticTracing.tracepoint).
-    CHECKED = {}.compare_by_identity
     # Read on an instance of any class, BasicObject included.
     KIND_OF = Kernel.instance_method(:kind_of?)
     CLASS_OF = Kernel.instance_method(:class)
@@ -47,12 +44,34 @@ module StaticTracing
           !@warned.key?(tracepoint) && (@warned[tracepoint] = true)
         end
         if first
-          warn("static_tracing: the block of StaticTracing.tracepoint(#{tracepoint.provider.name.inspect}, " \
-               "#{tracepoint.name.inspect}) failed while traced, so it fired nothing: #{error.class}: " \
+          warn("static_tracing: the block computing the values of tracepoint #{tracepoint.provider.name}:" \
+               "#{tracepoint.name} failed while traced, so it fired nothing: #{error.class}: " \
                "#{error.message} (not raised; counted in block_errors, said once)")
         end
         publish_errors
         nil
+      end
+
+      # What Tracepoint#fire_if_enabled does when it runs its block (the
+      # native method does the rest: it runs nothing while the probe is
+      # unwanted, once its block has been checked): the values the block
+      # returns fired, or checked only when +wanted+ is false; a mistake
+      # raised when unwanted, counted and said when wanted (see
+      # StaticTracing.tracepoint). Returns the values when wanted, else nil.
+      def fire_from_block(tracepoint, wanted)
+        result = yield
+        if tracepoint.types.empty?
+          tracepoint.fire
+        elsif result.is_a?(Array)
+          tracepoint.fire(*result)
+        else
+          tracepoint.fire(result)
+        end
+        wanted ? result : nil
+      rescue StandardError => e
+        raise unless wanted
+
+        mistake(tracepoint, e)
       end
 
       # Called when tracing is switched, attach mode set or a recording
@@ -102,13 +121,17 @@ module StaticTracing
       # non-main Ractor, where tracing state cannot be read (Ractor::Error)
       # and nothing is traced.
       # Yields for the block's receiver when there is no provider.
+      # The lookups that find a call site's answer are made here, rather
+      # than by a call to the method that makes it the first time: this
+      # runs on every block's call.
       def latency_block_tracepoint(provider, name)
         unless @traced
-          check_latency_names(provider, name)
+          check_latency_names(provider, name) unless @checked[provider]&.key?(name)
           return nil
         end
 
-        latency_tracepoint(provider || provider_of(yield), name)
+        provider ||= provider_of(yield)
+        @latency[provider][name] || latency_tracepoint(provider, name)
       rescue Ractor::Error
         nil
       end
@@ -151,13 +174,21 @@ module StaticTracing
       # The block parameter is read only inside this block, only when there is
       # no provider: reading it makes a Proc of the block.
       tracepoint = Blocks.latency_block_tracepoint(provider, name) { block.binding.receiver } or return yield
-      started = (tracepoint.latency_start rescue nil) or return yield # rubocop:disable Style/RescueModifier -- see MethodTracing::TEMPLATES
+      # Passing the block on makes no Proc of it.
+      tracepoint.measure(&block)
+    end
 
-      begin
-        yield
-      ensure
-        tracepoint.fire_latency(started)
-      end
+    # The probe StaticTracing.latency(name:, provider:) fires, declared now,
+    # to hold in a constant where the block is hot: +measure+ times a block
+    # for the cost of a call and a yield, where StaticTracing.latency finds
+    # its probe on every call (docs/api.md).
+    #
+    #   LOAD_USERS = StaticTracing.latency_probe(:load_users, provider: :db)
+    #   LOAD_USERS.measure { User.all.to_a }
+    #
+    # Without +provider+, the class or module whose body calls it names it.
+    def latency_probe(name, provider: nil)
+      Blocks.latency_tracepoint(provider || Blocks.provider_of(Native.caller_self(1)), name)
     end
 
     # A probe whose arguments are computed only while a tracer is attached:
@@ -184,35 +215,20 @@ module StaticTracing
     #   state file, shown by `static-tracing list`) and warned once per
     #   tracepoint. Only StandardError is caught; break, throw and
     #   non-standard exceptions go through as from any block.
-    # Flat on purpose: this is every block probe's path while unattached.
+    #
+    # The call site finds its tracepoint in nested identity hashes; the rules
+    # above are Tracepoint#fire_if_enabled's, which a tracepoint held in a
+    # constant offers for less (docs/api.md). Flat on purpose: this is
+    # every block probe's path.
     # rubocop:disable Metrics/CyclomaticComplexity, Metrics/PerceivedComplexity
     def tracepoint(provider, name, type1 = Blocks::NONE, type2 = Blocks::NONE, type3 = Blocks::NONE, # rubocop:disable Metrics/ParameterLists
-                   type4 = Blocks::NONE, type5 = Blocks::NONE, type6 = Blocks::NONE)
+                   type4 = Blocks::NONE, type5 = Blocks::NONE, type6 = Blocks::NONE, &)
       raise ArgumentError, "StaticTracing.tracepoint needs a block computing the values to fire" unless block_given?
 
       tracepoint = Blocks::CUSTOM[provider]&.[](name)&.[](type1)&.[](type2)&.[](type3)&.[](type4)&.[](type5)
                                                &.[](type6) ||
                    Blocks.declare_custom(provider, name, type1, type2, type3, type4, type5, type6)
-      attached = tracepoint.enabled?
-      return nil unless attached || !Blocks::CHECKED.key?(tracepoint)
-
-      begin
-        result = yield
-        if Blocks::NONE.equal?(type1)
-          tracepoint.fire
-        elsif result.is_a?(Array)
-          tracepoint.fire(*result)
-        else
-          tracepoint.fire(result)
-        end
-      rescue StandardError => e
-        raise unless attached
-
-        return Blocks.mistake(tracepoint, e)
-      ensure
-        Blocks::CHECKED[tracepoint] = true unless attached
-      end
-      attached ? result : nil
+      tracepoint.fire_if_enabled(&)
     end
     # rubocop:enable Metrics/CyclomaticComplexity, Metrics/PerceivedComplexity
 

@@ -6,7 +6,9 @@ module StaticTracing
   # The native half implements #fire(*args) (checks the count and types of
   # the arguments, and fires if the provider is loaded and a tracer is
   # attached, or records if the recorder records it; returns whether it
-  # did), #enabled?, #latency_start,
+  # did), #enabled?, #measure { } and #fire_if_enabled { } (a latency
+  # block and a tracepoint block for a probe held in a constant: see
+  # StaticTracing.latency_probe and StaticTracing.tracepoint), #latency_start,
   # #fire_latency, #name, #label, #provider and #types. Tracepoints are
   # made by their provider (Provider#add_tracepoint), which keeps them.
   class Tracepoint

@@ -8,12 +8,13 @@ use super::root;
 use super::signals::nsec;
 use crate::recorder::{Mark, NO_TRIGGER};
 use crate::site_slot::SiteSlot;
+use magnus::rb_sys::AsRawValue;
 use magnus::{
     gc::Marker, method, prelude::*, typed_data::Obj, value::Opaque, DataTypeFunctions, Error,
     RArray, Ruby, Symbol, TypedData, Value,
 };
 use stapsdt::{ArgType, ProbeSpec};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 #[derive(TypedData)]
@@ -31,6 +32,8 @@ pub struct Tracepoint {
     /// Which argument holds a latency, and which a folded stack, as the
     /// recording that armed this probe was told (see `Roles`).
     roles: Roles,
+    /// `fire_if_enabled` has run its block once unwanted, to check it.
+    block_checked: AtomicBool,
 }
 
 impl DataTypeFunctions for Tracepoint {
@@ -55,6 +58,7 @@ impl Tracepoint {
             mark: Mark::default(),
             trigger_above: AtomicU64::new(NO_TRIGGER),
             roles: Roles::default(),
+            block_checked: AtomicBool::new(false),
         }
     }
 
@@ -178,17 +182,23 @@ impl Tracepoint {
                 ),
             ));
         };
+        Ok(rb_self.fire_duration(now, started))
+    }
+
+    /// Fires `now - started`, the duration of a call, if the probe (of one
+    /// Integer) is wanted; returns whether it was. Cannot raise.
+    fn fire_duration(&self, now: i64, started: i64) -> bool {
         // SAFETY: as in `fire`: a site in the slot belongs to a loaded image,
         // kept loaded by the GVL this call holds.
-        let site = (rb_self.slot.get()).filter(|site| unsafe { site.is_enabled() });
-        let recording = rb_self.mark.target();
+        let site = (self.slot.get()).filter(|site| unsafe { site.is_enabled() });
+        let recording = self.mark.target();
         if site.is_none() && recording.is_none() {
-            return Ok(false);
+            return false;
         }
         let latency = now.wrapping_sub(started);
         if let Some(recording) = recording {
             recording.record_integer(now as u64, latency);
-            recording.check_trigger(&rb_self.trigger_above, now as u64, latency);
+            recording.check_trigger(&self.trigger_above, now as u64, latency);
         }
         if let Some(site) = site {
             let mut registers = [0u64; 6];
@@ -196,7 +206,18 @@ impl Tracepoint {
             // SAFETY: as above; the only argument is an integer.
             unsafe { site.fire(&registers) };
         }
-        Ok(true)
+        true
+    }
+
+    /// Whether the probe is wanted: a tracer is attached, or the recorder
+    /// records it.
+    fn wanted(&self) -> bool {
+        // SAFETY: as in `fire`: a site in the slot belongs to a loaded image,
+        // kept loaded by the GVL this call holds.
+        self.slot
+            .get()
+            .is_some_and(|site| unsafe { site.is_enabled() })
+            || self.mark.is_recorded()
     }
 
     fn name(ruby: &Ruby, rb_self: &Tracepoint) -> Symbol {
@@ -275,6 +296,8 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     class.define_method("fire", method!(Tracepoint::fire, -1))?;
     receiver::define_plain_method0(class, c"enabled?", is_enabled);
     receiver::define_plain_method0(class, c"latency_start", latency_start);
+    receiver::define_plain_method0(class, c"measure", measure);
+    receiver::define_plain_method0(class, c"fire_if_enabled", fire_if_enabled);
     class.define_method("fire_latency", method!(Tracepoint::fire_latency, 1))?;
     class.define_method("name", method!(Tracepoint::name, 0))?;
     class.define_method("label", method!(Tracepoint::label, 0))?;
@@ -287,17 +310,20 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
 /// plain methods, is wanted: a tracer is attached, or the recorder records
 /// it. Never raises.
 fn attached(rb_self: rb_sys::VALUE) -> bool {
-    // SAFETY: a live VALUE passed by Ruby as the receiver.
+    plain_receiver(rb_self).is_some_and(Tracepoint::wanted)
+}
+
+/// The Tracepoint a plain method was called on. Ruby only calls them on
+/// instances of Tracepoint (`bind_call` refuses others, and the class has
+/// no allocator), so this is None only for a broken build.
+fn plain_receiver<'a>(rb_self: rb_sys::VALUE) -> Option<&'a Tracepoint> {
+    // SAFETY: a live VALUE passed by Ruby as the receiver; the Tracepoint
+    // it wraps is a heap value of its own, neither moved nor freed while
+    // the receiver is alive, which it is for the whole call.
     let value = unsafe { <Value as magnus::rb_sys::FromRawValue>::from_raw(rb_self) };
-    // SAFETY: as in `fire`: a site in the slot belongs to a loaded image,
-    // kept loaded by the GVL this call holds.
-    receiver::<Tracepoint>(&value).is_some_and(|tracepoint| {
-        tracepoint
-            .slot
-            .get()
-            .is_some_and(|site| unsafe { site.is_enabled() })
-            || tracepoint.mark.is_recorded()
-    })
+    let tracepoint: Option<&Tracepoint> = receiver::<Tracepoint>(&value);
+    // SAFETY: see above: the data outlives the call, not just `value`.
+    tracepoint.map(|tracepoint| unsafe { &*std::ptr::from_ref(tracepoint) })
 }
 
 /// `Tracepoint#latency_start`: the monotonic clock in nanoseconds when a
@@ -325,4 +351,121 @@ unsafe extern "C" fn is_enabled(rb_self: rb_sys::VALUE) -> rb_sys::VALUE {
     } else {
         rb_sys::Qfalse
     }) as rb_sys::VALUE
+}
+
+/// What `measure` fires once its block is done.
+struct Measured<'a> {
+    tracepoint: &'a Tracepoint,
+    started: i64,
+}
+
+unsafe extern "C" fn yield_block(_data: rb_sys::VALUE) -> rb_sys::VALUE {
+    // SAFETY: called by rb_ensure inside `measure`, whose block it yields to.
+    unsafe { rb_sys::rb_yield_values(0) }
+}
+
+unsafe extern "C" fn fire_measured(data: rb_sys::VALUE) -> rb_sys::VALUE {
+    // SAFETY: `data` is the address of a Measured on `measure`'s stack,
+    // live for the whole rb_ensure.
+    let measured = unsafe { &*(data as *const Measured) };
+    measured.tracepoint.fire_duration(nsec(), measured.started);
+    rb_sys::Qnil as rb_sys::VALUE
+}
+
+/// Why `measure` cannot run on this call, as the exception to raise: no
+/// block, or a probe that is not of one Integer. Built here, so that
+/// nothing needing a drop is alive where it is raised.
+fn measure_problem(tracepoint: &Tracepoint) -> Option<rb_sys::VALUE> {
+    let ruby = Ruby::get().ok()?;
+    // SAFETY: called from a method Ruby is running, with its frame current.
+    let message = if unsafe { rb_sys::rb_block_given_p() } == 0 {
+        format!(
+            "{} measure needs a block: the call it times",
+            tracepoint.label
+        )
+    } else if tracepoint.spec.args() != [ArgType::Int64] {
+        format!(
+            "{} is declared {}: measure fires one Integer (Integer), the block's duration",
+            tracepoint.label,
+            arguments::signature(tracepoint.spec.args())
+        )
+    } else {
+        return None;
+    };
+    let message = ruby.str_new(&message);
+    // SAFETY: a live class and String.
+    Some(unsafe { rb_sys::rb_exc_new_str(ruby.exception_arg_error().as_raw(), message.as_raw()) })
+}
+
+/// `Tracepoint#measure { ... }`: runs the block once and returns what it
+/// returns; while the probe is wanted (a tracer attached, or the recorder
+/// recording it), fires how long the block took, in nanoseconds, whether
+/// it returned or raised. For a probe of one Integer (a latency probe).
+/// Not wanted, it costs the call and a yield: a probe held in a constant
+/// times a hot block for almost nothing. Holds nothing that needs a drop:
+/// the block may raise through it.
+unsafe extern "C" fn measure(rb_self: rb_sys::VALUE) -> rb_sys::VALUE {
+    let Some(tracepoint) = plain_receiver(rb_self) else {
+        // SAFETY: as in `yield_block`.
+        return unsafe { rb_sys::rb_yield_values(0) };
+    };
+    if let Some(error) = measure_problem(tracepoint) {
+        // SAFETY: a live exception; nothing in this frame needs dropping.
+        unsafe { rb_sys::rb_exc_raise(error) };
+    }
+    if !tracepoint.wanted() {
+        // SAFETY: as in `yield_block`.
+        return unsafe { rb_sys::rb_yield_values(0) };
+    }
+    let measured = Measured {
+        tracepoint,
+        started: nsec(),
+    };
+    // SAFETY: `measured` outlives rb_ensure, which runs fire_measured
+    // whether the block returns or raises.
+    unsafe {
+        rb_sys::rb_ensure(
+            Some(yield_block),
+            rb_sys::Qnil as rb_sys::VALUE,
+            Some(fire_measured),
+            &measured as *const Measured as rb_sys::VALUE,
+        )
+    }
+}
+
+/// `Tracepoint#fire_if_enabled { values }`: the block runs only while the
+/// probe is wanted, and what it returns is fired (see StaticTracing.tracepoint
+/// for the rules of its values and its mistakes, which
+/// `Blocks.fire_from_block`, in Ruby, applies). The one exception: the
+/// first call of each tracepoint runs the block, unwanted, to check it.
+/// Unwanted and checked, it costs the call: no block runs, nothing is
+/// allocated.
+unsafe extern "C" fn fire_if_enabled(rb_self: rb_sys::VALUE) -> rb_sys::VALUE {
+    let nil = rb_sys::Qnil as rb_sys::VALUE;
+    let Some(tracepoint) = plain_receiver(rb_self) else {
+        return nil;
+    };
+    let wanted = tracepoint.wanted();
+    if !wanted && tracepoint.block_checked.swap(true, Ordering::Relaxed) {
+        return nil;
+    }
+    let Some(blocks) = Ruby::get()
+        .ok()
+        .and_then(|ruby| root(&ruby).const_get::<_, magnus::RModule>("Blocks").ok())
+    else {
+        return nil;
+    };
+    let wanted = if wanted {
+        rb_sys::Qtrue
+    } else {
+        rb_sys::Qfalse
+    } as rb_sys::VALUE;
+    let args = [rb_self, wanted];
+    // SAFETY: a live module, an interned name and live arguments; the
+    // block passes on. Nothing here needs dropping: what the block or
+    // the rules raise propagates as from a Ruby method.
+    unsafe {
+        let method = rb_sys::rb_intern(c"fire_from_block".as_ptr());
+        rb_sys::rb_funcall_passing_block(blocks.as_raw(), method, 2, args.as_ptr())
+    }
 }
