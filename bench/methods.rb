@@ -29,7 +29,8 @@ module Bench
     # same shape (a wrapper passing keywords through super allocates one
     # object on Ruby 3.1, hand-written or not), or 0.
     ALLOCATION_TARGETS = { "disarmed" => "plain", "armed" => "floor", "attached" => "floor",
-                           "latency_disarmed" => 0, "latency_armed" => 0, "tracepoint_unattached" => 0 }.freeze
+                           "latency_disarmed" => 0, "latency_armed" => 0, "tracepoint_unattached" => 0,
+                           "held_latency_disarmed" => 0, "held_latency_armed" => 0, "held_tracepoint" => 0 }.freeze
 
     # One measured loop: its row, the tracing state it runs in (:off or
     # :on) and the method a TracePoint is enabled on around it.
@@ -72,13 +73,22 @@ module Bench
                   **options)
     end
 
+    # The block forms, and the same probes held in constants (docs/api.md):
+    # Tracepoint#measure and #fire_if_enabled, whose block has had its
+    # first, checking, run.
     def block_subjects
       latency = "StaticTracing.latency(name: :block, provider: :bench_blocks) { }"
       custom = "StaticTracing.tracepoint(:bench_blocks, :custom, Integer) { 1 }"
+      held = { probe: StaticTracing.latency_probe(:held, provider: :bench_blocks) }
+      hit = { probe: StaticTracing::Tracepoint.new(:bench_blocks, :held_custom, Integer) }
+      hit[:probe].fire_if_enabled { 1 }
       { "yield" => ["bare yield", "receiver.with_yield { }", :off, { receiver: Subjects::Plain.new }],
         "latency_disarmed" => ["StaticTracing.latency { } disarmed", latency, :off, {}],
         "latency_armed" => ["StaticTracing.latency { } armed, unattached", latency, :on, {}],
-        "tracepoint_unattached" => ["StaticTracing.tracepoint { } armed, unattached", custom, :on, {}] }
+        "tracepoint_unattached" => ["StaticTracing.tracepoint { } armed, unattached", custom, :on, {}],
+        "held_latency_disarmed" => ["held probe measure { } disarmed", "probe.measure { }", :off, held],
+        "held_latency_armed" => ["held probe measure { } armed, unattached", "probe.measure { }", :on, held],
+        "held_tracepoint" => ["held probe fire_if_enabled { } unattached", "probe.fire_if_enabled { 1 }", :on, hit] }
         .map do |id, (path, code, state, locals)|
           Subject.new(id: "block.#{id}", group: :blocks, shape: "block", path:, state:,
                       loop: Loop.new(path, code, **locals))
@@ -160,7 +170,8 @@ module Bench
                     ratio_to_yield: samples.ratio(subject.label, label("block.yield")) })
       end
       table.note("bare yield: a method that yields, called with an empty block; latency: name: and provider: " \
-                 "given; tracepoint: an Integer probe whose block is not run while unattached")
+                 "given; tracepoint: an Integer probe whose block is not run while unattached; held: the same " \
+                 "probes in a constant (StaticTracing.latency_probe, Tracepoint#measure, #fire_if_enabled)")
     end
 
     # Objects per call of every subject, in interleaved rounds of their own.

@@ -25,6 +25,20 @@ module Bench
     # bpftrace attached.
     RECORDED_OVER_ATTACHED = 0.25
     RECORDED_FIRE_NS = 60.0
+    # A block probe with no tracer attached: at most this times a method
+    # that yields (the same block), tracing on or off.
+    BLOCK_OVER_YIELD = 2.0
+    # Block rows of the blocks table => what they are; the held probes are
+    # the targets, the block forms information (docs/api.md says which to
+    # use where).
+    BLOCK_PATHS = {
+      "held_latency_disarmed" => ["held latency probe measure { }, tracing off", true],
+      "held_latency_armed" => ["held latency probe measure { }, on, no tracer", true],
+      "held_tracepoint" => ["held probe fire_if_enabled { }, no tracer", true],
+      "latency_disarmed" => ["StaticTracing.latency(name:, provider:) { }, tracing off", false],
+      "latency_armed" => ["StaticTracing.latency(name:, provider:) { }, on, no tracer", false],
+      "tracepoint_unattached" => ["StaticTracing.tracepoint(...) { }, no tracer", false]
+    }.freeze
     # `static-tracing report` reading a million one-Integer records.
     REPORT_MILLION_S = 2.0
     # While nothing records, a path's cost against its twin's once a
@@ -83,7 +97,17 @@ module Bench
         [target("load.thousand_ms", "load of 1,000 probes <= 2 ms") { load_thousand },
          target("load.linear", "load linear to 10,000 (per-probe cost ratio <= #{LINEAR})") { linear },
          target("load.add_one", "add 1 probe to a loaded 1,000 <= full load") { reload_one }] +
-        recorder_rows
+        recorder_rows + block_rows
+    end
+
+    # Block probes against a method that yields the same block.
+    def block_rows
+      BLOCK_PATHS.map do |path, (name, target)|
+        limit = BLOCK_OVER_YIELD if target
+        target("block.#{path}", "#{name} / a method that yields#{target ? " <= #{limit}" : " (information)"}") do
+          [value(:blocks, "block.#{path}", :ratio_to_yield), limit, "x yield", nil]
+        end
+      end
     end
 
     # The recorder's targets (bench/recorder.rb), and the figures it is asked to report.
