@@ -149,6 +149,32 @@ RSpec.describe "Method tracing" do
       expect { klass.new.work }.to raise_error(NoMethodError, /undefined method [`']work'/)
     end
 
+    it "puts back the wrapper it compiled before, and compiles another for a method whose parameters changed" do
+      klass = define_class(:MtRewrap) do
+        include StaticTracing::LatencyTracer
+        def scale(value, by: 2, plus: 0) = (value * by) + plus
+      end
+      StaticTracing.enable!
+      wrapper = klass.instance_method(:scale)
+      StaticTracing.disable!
+      expect(wrapped?(klass, :scale)).to be(false)
+      StaticTracing.enable!
+      # The same code (UnboundMethod#== compares it), not a copy compiled again.
+      expect(klass.instance_method(:scale)).to eq(wrapper)
+      expect([klass.new.scale(3), klass.new.scale(3, plus: 1, by: 3)]).to eq([6, 10])
+
+      StaticTracing.disable!
+      klass.class_eval { def scale(value, by: 2, plus: 0) = [value, by, plus] }
+      StaticTracing.enable!
+      expect(klass.instance_method(:scale)).to eq(wrapper)
+      expect(klass.new.scale(3, plus: 1)).to eq([3, 2, 1])
+
+      klass.class_eval { def scale(value, by: 2) = value * by }
+      expect(klass.instance_method(:scale)).not_to eq(wrapper)
+      expect(klass.instance_method(:scale).parameters).to eq([%i[req value], %i[key by]])
+      expect(klass.new.scale(3, by: 4)).to eq(12)
+    end
+
     it "traces subclasses under their own provider, and super chains reach every wrapper" do
       StaticTracing.enable!
       base = define_class(:MtBase) do

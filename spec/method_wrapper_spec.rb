@@ -594,6 +594,32 @@ RSpec.describe StaticTracing::MethodWrapper do
     end
   end
 
+  describe "defining again" do
+    it "puts back a removed wrapper as it was compiled: its parameters, its super, its visibility given anew" do
+      klass = Class.new { def m(arg, key: 1, &block) = [arg, key, block&.call] }
+      tracepoint = WrapperSpec::Tracepoint.new(true)
+      mod = wrap(klass, :m, WrapperSpec::LATENCY, tracepoint)
+      wrapper = mod.instance_method(:m)
+      mod.send(:remove_method, :m)
+      expect(klass.instance_method(:m).owner).to eq(klass)
+
+      expect(described_class.define_again(mod, "m", wrapper)).to eq(:m)
+      expect(mod.instance_method(:m)).to eq(wrapper)
+      expect(klass.instance_method(:m).parameters).to eq([%i[req arg], %i[key key], %i[block block]])
+      expect(klass.new.m(2, key: 3) { 4 }).to eq([2, 3, 4])
+      expect(tracepoint.fired.size).to eq(1)
+      mod.send(:private, :m)
+      expect { klass.new.m(2) }.to raise_error(NoMethodError, /private method/)
+    end
+
+    it "refuses a method of another module" do
+      wrapper = wrap(Class.new { def m = 1 }, :m, "%{super}").instance_method(:m)
+      expect { described_class.define_again(Module.new, :m, wrapper) }
+        .to raise_error(ArgumentError, /is not a wrapper of/)
+      expect { described_class.define_again(Object.new, :m, wrapper) }.to raise_error(TypeError, /not a module/)
+    end
+  end
+
   describe "known differences" do
     it "a flagged hash in a literal splat reaches a wrapped C method as keywords" do
       # CRuby 3.1 and 3.3 take it as keywords from *variable, but not from

@@ -272,6 +272,14 @@ module StaticTracing
 
       # A C method (no source) gets a wrapper written in C: see
       # MethodWrapper.define_c for why.
+      #
+      # A wrapper put back for the same method (a tracer attaching again, in
+      # attach mode; tracing switched on again) is the one compiled for it
+      # last time, unless the method's parameters changed: compiling is the
+      # slow part of wrapping, and on Ruby 3.1 and 3.2 each wrapper compiled
+      # for a method with keywords left its keyword call sites' data
+      # allocated for good once removed (32 bytes each; fixed in Ruby 3.3,
+      # ruby/ruby#8556), which thousands of attaches added up.
       def define_wrapper(wrappers, probe, original)
         name = probe.method_name
         if original.source_location.nil?
@@ -280,7 +288,12 @@ module StaticTracing
 
         values = { tracepoint: wrappers.constant(name, :tracepoint, probe.tracepoint) }
         values[:label] = wrappers.constant(name, :label, probe.label.freeze) if probe.kind == :stack
+        source = [original.parameters, values]
+        compiled = wrappers.compiled(name, source)
+        return MethodWrapper.define_again(wrappers, name, compiled) if compiled
+
         MethodWrapper.define(wrappers, name, original.parameters, TEMPLATES.fetch(probe.kind), values)
+        wrappers.compiled!(name, source)
       end
 
       # The method as the class defines it, behind any wrappers.

@@ -90,6 +90,20 @@ module StaticTracing
         name
       end
 
+      # Defines +name+ in +mod+ again as +wrapper+, an UnboundMethod of a
+      # wrapper #define made in +mod+ before (and removed since), without
+      # compiling anything: the same code, parameters and +super+. Returns
+      # the method name.
+      def define_again(mod, name, wrapper)
+        raise TypeError, "#{mod.inspect} is not a module" unless mod.is_a?(Module)
+        raise ArgumentError, "#{wrapper.inspect} is not a wrapper of #{mod.inspect}" unless wrapper.owner.equal?(mod)
+
+        name = method_name(name)
+        quiet_redefinition(mod, name)
+        mod.send(:define_method, name, wrapper)
+        name
+      end
+
       # Defines in +mod+ the wrapper of C method +original+ (an
       # UnboundMethod), firing +tracepoint+ as a wrapper of +kind+ (a key of
       # MethodTracing::TEMPLATES) does, +label+ naming the method in folded

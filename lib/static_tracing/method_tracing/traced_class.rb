@@ -78,6 +78,8 @@ module StaticTracing
         super()
         @label = "#{self.class.name}(#{owner.name || owner.inspect}, #{kind})"
         @constants = {}
+        # Method name => [what its wrapper was compiled from, the wrapper].
+        @compiled = {}
       end
 
       def inspect
@@ -98,6 +100,19 @@ module StaticTracing
         remove_const(name) if const_defined?(name, false)
         const_set(name, value)
         name
+      end
+
+      # The wrapper of +method_name+ compiled last from +source+, kept while
+      # it is removed (see MethodTracing.define_wrapper), or nil.
+      def compiled(method_name, source)
+        compiled_from, wrapper = @compiled[method_name]
+        wrapper if compiled_from == source
+      end
+
+      # Keeps the wrapper of +method_name+ just compiled from +source+.
+      def compiled!(method_name, source)
+        @compiled[method_name] = [source, instance_method(method_name)]
+        method_name
       end
 
       def defines?(method_name)
