@@ -13,3 +13,23 @@ RSpec.describe "Warnings" do
     expect { StaticTracing.warn_once(other, "static_tracing: other") }.not_to output.to_stderr
   end
 end
+
+# Ruby warns about removing `initialize`, `object_id` or `__send__`, which
+# is how a traced one's wrapper goes when tracing is switched off: the gem
+# says nothing the application did not cause.
+RSpec.describe "Switching tracing off on a traced initialize" do
+  it "warns about nothing, in a process run with and without -w" do
+    script = <<~'RUBY'
+      class Shop
+        include StaticTracing::LatencyTracer
+        def initialize = nil
+      end
+      2.times { StaticTracing.enable!; StaticTracing.disable! }
+      puts Shop.instance_method(:initialize).owner
+    RUBY
+    [[], ["-w"]].each do |flags|
+      out, err, status = Open3.capture3(RbConfig.ruby, *flags, "-I", E2E::LIB, "-rstatic_tracing", "-e", script)
+      expect([status.success?, out, err]).to eq([true, "Shop\n", ""])
+    end
+  end
+end

@@ -111,7 +111,7 @@ module StaticTracing
       def remove(probe)
         @lock.synchronize do
           wrappers = state_of(probe.owner)&.wrappers&.[](probe.kind)
-          wrappers.send(:remove_method, probe.method_name) if wrappers&.defines?(probe.method_name)
+          wrappers.remove_wrapper(probe.method_name) if wrappers&.defines?(probe.method_name)
           probe.installed = false
         end
       end
@@ -306,6 +306,7 @@ module StaticTracing
       def warn_once(key, message)
         StaticTracing.warn_once(key, message)
       end
+
     end
   end
 end

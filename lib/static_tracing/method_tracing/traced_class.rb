@@ -74,6 +74,9 @@ module StaticTracing
     # is anonymous: a constant naming it would keep the class alive for
     # good. `ancestors` shows it as StaticTracing::MethodTracing::Wrappers(MyController, latency).
     class Wrappers < Module
+      # The methods Ruby warns about removing (see #remove_wrapper).
+      WARNED_REMOVALS = %i[initialize object_id __send__].freeze
+
       def initialize(owner, kind)
         super()
         @label = "#{self.class.name}(#{owner.name || owner.inspect}, #{kind})"
@@ -113,6 +116,21 @@ module StaticTracing
       def compiled!(method_name, source)
         @compiled[method_name] = [source, instance_method(method_name)]
         method_name
+      end
+
+      # Ruby warns, even without -w, that removing initialize, object_id or
+      # __send__ "may cause serious problems": here it is the gem's own
+      # wrapper that goes, and the method it wrapped stays.
+      def remove_wrapper(method_name)
+        return remove_method(method_name) unless WARNED_REMOVALS.include?(method_name)
+
+        verbose = $VERBOSE
+        $VERBOSE = nil
+        begin
+          remove_method(method_name)
+        ensure
+          $VERBOSE = verbose
+        end
       end
 
       def defines?(method_name)
