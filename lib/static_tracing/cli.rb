@@ -55,6 +55,13 @@ module StaticTracing
         0
       end
 
+      # What went wrong in a system call (its errno's own words, without the
+      # path Ruby adds) or an IOError, for messages that name the file
+      # themselves: "No space left on device".
+      def reason(error)
+        error.is_a?(SystemCallError) ? SystemCallError.new(nil, error.errno).message : error.message
+      end
+
       def help_text
         width = commands.keys.map(&:size).max
         lines = commands.map { |name, command| format("    %-#{width}s  %s", name, command.summary) }

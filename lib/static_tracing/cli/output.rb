@@ -48,8 +48,7 @@ module StaticTracing
           raise
         rescue SystemCallError, IOError => e
           @failed = true
-          reason = e.is_a?(SystemCallError) ? SystemCallError.new(nil, e.errno).message : e.message
-          raise Failed, "cannot write to #{@name}: #{reason}"
+          raise Failed, "cannot write to #{@name}: #{CLI.reason(e)}"
         end
       end
     end

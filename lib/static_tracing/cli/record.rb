@@ -188,7 +188,7 @@ module StaticTracing
                                                      records_total: reader.records_total, dropped: reader.dropped)
         end
       rescue SystemCallError => e
-        raise Error, "cannot write #{path}: #{SystemCallError.new(nil, e.errno).message}"
+        raise Error, "cannot write #{path}: #{CLI.reason(e)}"
       end
 
       def report(path, trace)
@@ -236,7 +236,7 @@ module StaticTracing
         out.puts("Wrote #{count(trace.records.size, "record")} of process #{pid} to #{@output}#{lost}.")
         0
       rescue SystemCallError => e
-        raise Error, "cannot write #{@output}: #{SystemCallError.new(nil, e.errno).message}"
+        raise Error, "cannot write #{@output}: #{CLI.reason(e)}"
       end
     end
   end

@@ -67,8 +67,7 @@ module StaticTracing
 
         File.open(@output, "w", &)
       rescue SystemCallError, IOError => e
-        reason = e.is_a?(SystemCallError) ? SystemCallError.new(nil, e.errno).message : e.message
-        raise Error, "cannot write the report to #{@output}: #{reason}"
+        raise Error, "cannot write the report to #{@output}: #{CLI.reason(e)}"
       end
     end
   end

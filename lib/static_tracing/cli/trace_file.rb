@@ -61,7 +61,7 @@ module StaticTracing
             from_io(file, name: path)
           end
         rescue SystemCallError => e
-          raise Error, "cannot read #{path}: #{SystemCallError.new(nil, e.errno).message}"
+          raise Error, "cannot read #{path}: #{CLI.reason(e)}"
         end
 
         # The file open as +io+ (anything with #pread and #size), named

@@ -112,7 +112,7 @@ module StaticTracing
           # pread found the end at offset + bytes.bytesize.
           invalid_file("it shrank while it was read: it had #{size} bytes, now at most #{offset + bytes.bytesize}")
         rescue SystemCallError => e
-          raise Error, "cannot read #{name}: #{SystemCallError.new(nil, e.errno).message}"
+          raise Error, "cannot read #{name}: #{CLI.reason(e)}"
         end
 
         # Raises FormatError: +what+, at +offset+ in the file, was not what

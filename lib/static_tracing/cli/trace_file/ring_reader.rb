@@ -86,10 +86,8 @@ module StaticTracing
           return if overwrite? || complete? || position == layout.tail
 
           layout.io.pwrite([position].pack("Q<"), Layout::TAIL_OFFSET)
-        rescue SystemCallError => e
-          raise Error, "cannot store the read position in #{layout.name}: #{SystemCallError.new(nil, e.errno).message}"
-        rescue IOError => e
-          raise Error, "cannot store the read position in #{layout.name}: #{e.message}"
+        rescue SystemCallError, IOError => e
+          raise Error, "cannot store the read position in #{layout.name}: #{CLI.reason(e)}"
         end
 
         def taken(records)
