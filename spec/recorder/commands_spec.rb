@@ -9,6 +9,7 @@ require "static_tracing/cli"
 # ring from outside. No tracer is involved.
 RSpec.describe "Recording a live process with static-tracing", :subprocess do
   include CLIHelpers
+  include E2E::Recording
 
   # A process with two latency probes and a custom one; calls made on request.
   let(:setup) do
@@ -31,22 +32,6 @@ RSpec.describe "Recording a live process with static-tracing", :subprocess do
 
   after { FileUtils.rm_rf(dir) }
 
-  # `static-tracing record` running in the background, once it says it records.
-  def start_recording(*args)
-    E2E::Child.new(RbConfig.ruby, CLIHelpers::EXE, "record", app.pid.to_s, *args.map(&:to_s)).tap do |command|
-      started_processes << command
-      command.wait_for(/^Recording \d+ probes?/)
-    end
-  end
-
-  def read_trace(path)
-    StaticTracing::CLI::TraceFile.read(path)
-  end
-
-  def labels(trace)
-    trace.records.map { |record| record.probe.label }.tally
-  end
-
   def recorder_status
     app.evaluate("StaticTracing::Recorder.status")
   end
@@ -54,17 +39,16 @@ RSpec.describe "Recording a live process with static-tracing", :subprocess do
   describe "record" do
     it "records exactly the calls made while it runs, stops at Ctrl-C and leaves nothing armed" do
       trace = File.join(dir, "run.trace")
-      command = start_recording("rec_app:index", "-o", trace)
+      command = start_record(app.pid, "rec_app:index", "-o", trace)
       expect(app.evaluate("wrapped?(:index)")).to be(true)
       expect(app.evaluate("wrapped?(:slow)")).to be(false)
       app.evaluate("run(500)")
       app.evaluate("EVENT.fire(1, 'not recorded')")
-      Process.kill("INT", command.pid)
-      expect(command.wait).to be_success, command.output
+      output = interrupt_record(command)
 
-      expect(command.output).to include("Wrote 500 records to #{trace} (interrupted).")
-      expect(command.output).to match(/^rec_app:index  500 calls, p50 \S+, p90 \S+, p99 \S+, max \S+$/)
-      expect(labels(read_trace(trace))).to eq("rec_app:index" => 500)
+      expect(output).to include("Wrote 500 records to #{trace} (interrupted).")
+      expect(output).to match(/^rec_app:index  500 calls, p50 \S+, p90 \S+, p99 \S+, max \S+$/)
+      expect(recorded_calls(read_trace(trace))).to eq("rec_app:index" => 500)
       expect(read_trace(trace).lost).to eq(0)
       expect(app.evaluate("wrapped?(:index)")).to be(false)
       expect(recorder_status).to be_nil
@@ -76,19 +60,19 @@ RSpec.describe "Recording a live process with static-tracing", :subprocess do
       result = run_cli("record", app.pid, "--seconds", "0.5", "-o", trace, timeout: 30)
       expect(result.exitstatus).to eq(0), result.stderr
       expect(result.stdout).to start_with("Wrote ")
-      expect(labels(read_trace(trace)).keys).to eq(["rec_app:index"])
+      expect(recorded_calls(read_trace(trace)).keys).to eq(["rec_app:index"])
       expect(eventually("the recording to stop") { recorder_status.nil? }).to be(true)
     end
 
     it "reads a ring whose process was killed with SIGKILL while recording, to its last record" do
       trace = File.join(dir, "killed.trace")
-      command = start_recording("rec_app:*", "-o", trace)
+      command = start_record(app.pid, "rec_app:*", "-o", trace)
       app.evaluate("run(300)")
       Process.kill("KILL", app.pid)
       expect(command.wait).to be_success, command.output
 
       expect(command.output).to include("Wrote 300 records to #{trace} (the process exited).")
-      expect(labels(read_trace(trace))).to eq("rec_app:index" => 300)
+      expect(recorded_calls(read_trace(trace))).to eq("rec_app:index" => 300)
     end
 
     it "says why it cannot record, in one line, and changes nothing" do
@@ -180,10 +164,9 @@ RSpec.describe "Recording a live process with static-tracing", :subprocess do
   describe "report of a real recording" do
     it "writes Chrome trace-event JSON in which every event has the fields the format requires" do
       trace = File.join(dir, "chrome.trace")
-      command = start_recording("-o", trace)
+      command = start_record(app.pid, "-o", trace)
       app.evaluate("run(20); EVENT.fire(7, 'hello'); nil")
-      Process.kill("INT", command.pid)
-      expect(command.wait).to be_success, command.output
+      interrupt_record(command)
 
       result = run_cli("report", "--format", "chrome", trace)
       expect(result.exitstatus).to eq(0), result.stderr
