@@ -18,20 +18,7 @@ RSpec.describe "Attach mode" do
     config.mode = mode
   end
 
-  before { @defined = [] }
-  after { @defined.each { |name| Object.send(:remove_const, name) } }
-
-  def define_class(name, &)
-    klass = Class.new
-    Object.const_set(name, klass)
-    @defined << name
-    klass.class_eval(&)
-    klass
-  end
-
-  def wrapped?(klass, name)
-    klass.instance_method(name).owner != klass
-  end
+  include_context "traced classes"
 
   def probe(klass, name)
     StaticTracing::MethodTracing.probes(klass).find { |candidate| candidate.method_name == name }

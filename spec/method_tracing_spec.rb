@@ -11,21 +11,7 @@ RSpec.describe "Method tracing" do
     StaticTracing::Configuration.mode = mode
   end
 
-  # A named class, so providers can be named after it; removed afterwards.
-  def define_class(name, superclass = Object, &body)
-    klass = Class.new(superclass)
-    Object.const_set(name, klass)
-    @defined << name
-    klass.class_eval(&body) if body
-    klass
-  end
-
-  before { @defined = [] }
-  after { @defined.each { |name| Object.send(:remove_const, name) } }
-
-  def wrapped?(klass, name)
-    klass.instance_method(name).owner != klass
-  end
+  include_context "traced classes"
 
   def tracepoints(provider)
     StaticTracing.providers[provider].tracepoints

@@ -16,20 +16,7 @@ RSpec.describe StaticTracing::Recorder do
     StaticTracing::Configuration.mode = mode
   end
 
-  before { @defined = [] }
-  after { @defined.each { |name| Object.send(:remove_const, name) } }
-
-  def define_class(name, &)
-    klass = Class.new
-    Object.const_set(name, klass)
-    @defined << name
-    klass.class_eval(&)
-    klass
-  end
-
-  def wrapped?(klass, name)
-    klass.instance_method(name).owner != klass
-  end
+  include_context "traced classes"
 
   # What the running recording's ring holds now.
   def ring
