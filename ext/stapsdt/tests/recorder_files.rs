@@ -11,39 +11,24 @@ use stapsdt::stub_dir::{Candidate, ProcessKey, StubDir, STALE_RING_KEPT};
 use stapsdt::{control, ArgType};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+
+mod temp_dir;
 use std::time::{Duration, SystemTime};
+use temp_dir::TempDir;
 
 /// The state file's directory is process-wide: the tests take turns.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let path =
-            std::env::temp_dir().join(format!("stapsdt-recorder-{}-{name}", std::process::id()));
-        let _ = fs::remove_dir_all(&path);
-        fs::DirBuilder::new().mode(0o700).create(&path).unwrap();
-        TempDir(path)
-    }
-
-    /// Publishes this process's state file here: its other files follow it.
-    fn publish_state_here(&self) -> PathBuf {
-        let candidate = Candidate {
-            path: self.0.clone(),
-            origin: "test",
-        };
-        publish_state(b"{}", &[candidate]).unwrap()
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
+/// Publishes this process's state file in `dir`: its other files follow it.
+fn publish_state_in(dir: &TempDir) -> PathBuf {
+    let candidate = Candidate {
+        path: dir.0.clone(),
+        origin: "test",
+    };
+    publish_state(b"{}", &[candidate]).unwrap()
 }
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
@@ -66,8 +51,8 @@ fn dead_key() -> ProcessKey {
 #[test]
 fn the_ring_is_a_private_file_next_to_the_state_file_holding_what_was_just_recorded() {
     let _serial = serial();
-    let dir = TempDir::new("ring");
-    let state = dir.publish_state_here();
+    let dir = TempDir::new("recorder-ring");
+    let state = publish_state_in(&dir);
     let config = RingConfig::for_size(64 << 10, false).unwrap();
     let ring = RingFile::create(&config).unwrap();
 
@@ -112,8 +97,8 @@ fn the_ring_is_a_private_file_next_to_the_state_file_holding_what_was_just_recor
 #[test]
 fn a_second_ring_replaces_nothing_while_the_first_is_held() {
     let _serial = serial();
-    let dir = TempDir::new("twice");
-    dir.publish_state_here();
+    let dir = TempDir::new("recorder-twice");
+    publish_state_in(&dir);
     let config = RingConfig::for_size(64 << 10, true).unwrap();
     let first = RingFile::create(&config).unwrap();
     match RingFile::create(&config) {
@@ -158,8 +143,8 @@ fn with_file_size_limit<R>(bytes: u64, f: impl FnOnce() -> R) -> R {
 #[test]
 fn a_ring_the_file_system_or_a_limit_cannot_hold_is_refused_and_leaves_nothing() {
     let _serial = serial();
-    let dir = TempDir::new("huge");
-    dir.publish_state_here();
+    let dir = TempDir::new("recorder-huge");
+    publish_state_in(&dir);
     let config = RingConfig::for_size(4 << 20, false).unwrap();
     let err = with_file_size_limit(1 << 20, || RingFile::create(&config))
         .err()
@@ -181,8 +166,8 @@ fn a_ring_the_file_system_or_a_limit_cannot_hold_is_refused_and_leaves_nothing()
 #[test]
 fn the_control_fifo_takes_what_its_user_writes_and_goes_when_closed() {
     let _serial = serial();
-    let dir = TempDir::new("control");
-    let state = dir.publish_state_here();
+    let dir = TempDir::new("recorder-control");
+    let state = publish_state_in(&dir);
     let (mut reader, path) = control::open().unwrap();
     assert_eq!(path.parent(), state.parent());
     assert_eq!(
@@ -211,7 +196,7 @@ fn the_control_fifo_takes_what_its_user_writes_and_goes_when_closed() {
 #[test]
 fn the_sweep_removes_an_unheld_fifo_and_an_old_unheld_ring_and_keeps_a_recent_ring() {
     let _serial = serial();
-    let dir = TempDir::new("sweep");
+    let dir = TempDir::new("recorder-sweep");
     let key = dead_key();
     let fifo = dir.0.join(format!("{key}.control"));
     let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();

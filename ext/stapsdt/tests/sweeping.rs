@@ -8,39 +8,23 @@ use stapsdt::stub_dir::{ProcessKey, StubDir};
 use stapsdt::ProbeSpec;
 use std::fs::{self, File, OpenOptions};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 mod child;
+mod temp_dir;
 use child::Child;
+use temp_dir::TempDir;
 
 /// A file descriptor held across a fork goes to every child forked then:
 /// the tests that fork run one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let path =
-            std::env::temp_dir().join(format!("stapsdt-sweep-{}-{name}", std::process::id()));
-        let _ = fs::remove_dir_all(&path);
-        fs::DirBuilder::new().mode(0o700).create(&path).unwrap();
-        TempDir(path)
-    }
-
-    fn write(&self, name: &str) -> PathBuf {
-        let path = self.0.join(name);
-        fs::write(&path, b"x").unwrap();
-        path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
+/// A file named `name` in `dir`, as a process that died left it.
+fn write(dir: &TempDir, name: &str) -> PathBuf {
+    let path = dir.0.join(name);
+    fs::write(&path, b"x").unwrap();
+    path
 }
 
 /// Holds `path` as a live process holds its files: an open file
@@ -71,7 +55,7 @@ fn files_nobody_holds_are_swept_whatever_pid_their_name_says_once_per_process_an
     let _serial = SERIAL
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let dir = TempDir::new("unheld");
+    let dir = TempDir::new("sweep-unheld");
     let namespace = ProcessKey::current().pid_namespace;
     let other = namespace + 1;
     let alive = std::os::unix::process::parent_id();
@@ -86,7 +70,7 @@ fn files_nobody_holds_are_swept_whatever_pid_their_name_says_once_per_process_an
     ];
     let unrelated = ["notes.txt", "12abc.state", "old-42-7.so", "a-1-2-3.so.bak"];
     for name in stale.iter().map(String::as_str).chain(unrelated) {
-        dir.write(name);
+        write(&dir, name);
     }
     let opened = StubDir::open(&dir.0).unwrap();
     assert_eq!(opened.sweep_once(), stale.len());
@@ -99,7 +83,7 @@ fn files_nobody_holds_are_swept_whatever_pid_their_name_says_once_per_process_an
     expected.sort();
     assert_eq!(left, expected);
 
-    dir.write(&stale[0]);
+    write(&dir, &stale[0]);
     assert_eq!(opened.sweep_once(), 0, "once per process and directory");
 }
 
@@ -108,7 +92,7 @@ fn files_a_live_process_holds_are_kept_until_it_is_gone() {
     let _serial = SERIAL
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let dir = TempDir::new("held");
+    let dir = TempDir::new("sweep-held");
     let namespace = ProcessKey::current().pid_namespace;
     let other = namespace + 1;
     let dead = dead_pid();
@@ -120,7 +104,7 @@ fn files_a_live_process_holds_are_kept_until_it_is_gone() {
         format!("{dead}-{other}.state"),
         format!("theirs-{dead}-{other}-0.so"),
     ];
-    let held: Vec<File> = names.iter().map(|name| hold(&dir.write(name))).collect();
+    let held: Vec<File> = names.iter().map(|name| hold(&write(&dir, name))).collect();
     let holder = Child::fork_and_wait();
     drop(held);
 
@@ -143,7 +127,7 @@ fn a_process_never_sweeps_its_own_files_and_a_link_is_nobodys() {
     let _serial = SERIAL
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let dir = TempDir::new("own");
+    let dir = TempDir::new("sweep-own");
     let candidate = stapsdt::stub_dir::Candidate {
         path: dir.0.clone(),
         origin: "test",
