@@ -21,6 +21,10 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 #[derive(Debug)]
 pub struct Library {
     handle: NonNull<libc::c_void>,
+    /// The name the loader gave the object, once [`Library::show_as`]
+    /// replaced it: freed when the object is closed, as the loader frees
+    /// the name it holds then.
+    replaced_name: Option<NonNull<libc::c_char>>,
 }
 
 // SAFETY: a dlopen handle is a process-wide token; glibc's dl* functions take
@@ -45,7 +49,10 @@ impl Library {
         // own stubs: they have no initializers and no dependencies.
         let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
         NonNull::new(handle)
-            .map(|handle| Library { handle })
+            .map(|handle| Library {
+                handle,
+                replaced_name: None,
+            })
             .ok_or_else(last_dl_error)
     }
 
@@ -54,7 +61,7 @@ impl Library {
     /// address in this process. The loader's list of objects names it
     /// `shown_as` (see [`Library::show_as`]).
     pub fn open_located(path: &Path, shown_as: &Path) -> Result<(Library, usize), String> {
-        let library = Library::open(path)?;
+        let mut library = Library::open(path)?;
         match library.base() {
             Ok(base) => {
                 if path != shown_as {
@@ -112,13 +119,22 @@ impl Library {
     /// descriptor N (gdb, attaching, reads its own pipe and hangs with the
     /// process stopped). A name that cannot be set leaves the old one.
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    fn show_as(&self, name: &Path) {
+    fn show_as(&mut self, name: &Path) {
         let Ok(name) = CString::new(name.as_os_str().as_bytes()) else {
             return;
         };
         let Ok(map) = self.link_map() else {
             return;
         };
+        // SAFETY: `map` is the live link map of this handle (see
+        // `link_map`); `l_name` is an aligned `char *` of it.
+        let l_name = unsafe { AtomicPtr::from_ptr(std::ptr::addr_of_mut!((*map).l_name)) };
+        let current = l_name.load(Ordering::Acquire);
+        // SAFETY: the loader's name of a loaded object is a valid C string.
+        if !current.is_null() && unsafe { CStr::from_ptr(current) } == name.as_c_str() {
+            // Named so already (an object loaded twice is one object).
+            return;
+        }
         // glibc frees `l_name` when the object is closed: it must come from
         // malloc.
         // SAFETY: `name` is a valid C string.
@@ -126,18 +142,18 @@ impl Library {
         if copy.is_null() {
             return;
         }
-        // SAFETY: `map` is the live link map of this handle (see
-        // `link_map`); `l_name` is an aligned `char *` of it. The store is
-        // atomic, so a thread walking the list meanwhile sees the old name
-        // or the new one, each a valid string. The loader's own string is
-        // left allocated: such a thread may still be using it.
-        unsafe { AtomicPtr::from_ptr(std::ptr::addr_of_mut!((*map).l_name)) }
-            .store(copy, Ordering::Release);
+        // The store is atomic, so a thread walking the list meanwhile sees
+        // the old name or the new one, each a valid string. The old one
+        // stays allocated until the object is closed ([`Library::close`]):
+        // such a thread may use what it read as long as the object is
+        // loaded, as it may the name the loader frees then.
+        let replaced = l_name.swap(copy, Ordering::AcqRel);
+        self.replaced_name = NonNull::new(replaced);
     }
 
     /// Elsewhere (musl: untested) the name is left as the object was opened.
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-    fn show_as(&self, _name: &Path) {}
+    fn show_as(&mut self, _name: &Path) {}
 
     /// Unmaps the object.
     ///
@@ -148,6 +164,13 @@ impl Library {
         // SAFETY: guaranteed by the caller. A failure leaves the object mapped,
         // which is harmless, so the status is not interesting.
         unsafe { libc::dlclose(self.handle.as_ptr()) };
+        if let Some(name) = self.replaced_name {
+            // SAFETY: the loader's name of the object, which it allocated
+            // with malloc and no longer refers to (`show_as` replaced it);
+            // the object is closed, so nothing read from the loader's list
+            // may use it any more (see `show_as`).
+            unsafe { libc::free(name.as_ptr().cast()) };
+        }
     }
 }
 
