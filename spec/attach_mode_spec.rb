@@ -129,15 +129,32 @@ RSpec.describe "Attach mode" do
 
     let(:provider) { StaticTracing::Provider.register(:attach_burst).tap { |p| p.add_tracepoint(:first).load } }
 
+    def wait_for_notes(count)
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
+      sleep 0.01 until notes(provider.path).size == count || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+    end
+
     it "rebuilds the stub once for a burst of declarations, attachable within attach_delay" do
       config.attach_delay = 0.05
       allow(provider).to receive(:_load).and_call_original
       names = Array.new(300) { |index| :"probe_#{index}" }
       names.each { |name| provider.add_tracepoint(name, Integer) }
-      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
-      sleep 0.01 until notes(provider.path).size == 301 || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      wait_for_notes(301)
       expect(notes(provider.path)).to eq(["first", *names.map(&:to_s)])
       expect(provider).to have_received(:_load).once
+    end
+
+    it "asks the Watcher once a burst, and again for the next" do
+      config.attach_delay = 0.05
+      provider
+      allow(StaticTracing::Watcher).to receive(:soon).and_call_original
+      names = Array.new(2) { |burst| Array.new(100) { |index| "burst_#{burst}_#{index}" } }
+      names.each_with_index do |burst, index|
+        burst.each { |name| provider.add_tracepoint(name, Integer) }
+        wait_for_notes(1 + (100 * (index + 1)))
+      end
+      expect(notes(provider.path)).to eq(["first", *names.flatten])
+      expect(StaticTracing::Watcher).to have_received(:soon).twice
     end
 
     it "makes them attachable as soon as Provider#load returns" do

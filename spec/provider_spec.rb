@@ -83,6 +83,22 @@ RSpec.describe StaticTracing::Provider do
       tracepoint = provider.add_tracepoint(:six, Integer, String, Float, Integer, String, Float)
       expect(tracepoint.types.size).to eq(6)
     end
+
+    it "judges a name as Names.string does, whatever form it comes in, before its types" do
+      renamed = Class.new(String) { def to_s = "renamed" }
+      expect(provider.add_tracepoint(renamed.new("given"), Integer).name).to eq(:renamed)
+      expect(provider.add_tracepoint("binary".b, Integer).name).to eq(:binary)
+      [:"bad-name", "bad-name", "", "9lives", "a" * 129, "a\0", "café", :café, "ab".encode("UTF-16LE"),
+       "\xff".dup.force_encoding("UTF-8"), 42, nil].each do |name|
+        message = begin
+          StaticTracing::Names.string(:probe, name)
+        rescue ArgumentError => e
+          e.message
+        end
+        expect { provider.add_tracepoint(name, Hash) }.to raise_error(ArgumentError, message)
+      end
+      expect(provider.tracepoints.keys).to eq(%i[renamed binary])
+    end
   end
 
   describe "#load and #unload" do

@@ -4,7 +4,10 @@ module StaticTracing
   # Provider and probe names arrive as Symbols or Strings. #string is where
   # a name from Ruby is checked, against the naming rule the native side
   # owns (Native::NAME_RULE); the stapsdt crate checks again only to defend
-  # itself as a library.
+  # itself as a library. One exception, for speed: a probe name given to
+  # Provider#add_tracepoint that is a Symbol or an ASCII String goes
+  # straight to the native side, which applies the same rule with the same
+  # message (Native.name_problem's); #string explains any other.
   module Names
     SHOWN_BYTES = 256
 

@@ -76,15 +76,16 @@ module StaticTracing
     # what the recorder's reports make of them (percentiles, flame graphs).
     # They are the first declaration's. Other keywords are taken as a type
     # (a Hash), which is refused as any other wrong type is.
+    #
+    # A boot declares thousands of probes, so this does no more than it must:
+    # _declare checks the name (a Symbol or an ASCII String) and the types
+    # natively, and Names.string only explains a name it cannot take.
     def add_tracepoint(name, *types, **roles)
-      latency = roles.delete(:latency)
-      stack = roles.delete(:stack)
-      types << roles unless roles.empty?
-      ensure_registered
-      Tracepoint.check_roles(name, types, latency:, stack:)
-      tracepoint, declared = _declare(Names.string(:probe, name), types)
+      ensure_registered if @unregistered
+      latency, stack = take_roles(name, types, roles) unless roles.empty?
+      tracepoint, declared = _declare(name, types) || _declare(Names.string(:probe, name), types)
       if declared
-        tracepoint.send(:assign_roles, latency, stack)
+        tracepoint.send(:assign_roles, latency, stack) if latency || stack
         Switch.declared(self)
         Recorder.declared(tracepoint)
       end
@@ -136,6 +137,16 @@ module StaticTracing
     alias to_s inspect
 
     private
+
+    # The roles among add_tracepoint's keywords, checked against +types+, as
+    # [latency, stack]; other keywords are added to +types+, as a Hash.
+    def take_roles(name, types, roles)
+      latency = roles.delete(:latency)
+      stack = roles.delete(:stack)
+      types << roles unless roles.empty?
+      Tracepoint.check_roles(name, types, latency:, stack:)
+      [latency, stack]
+    end
 
     # An unregistered provider could be loaded again by nobody's name: no
     # tracer would find it by the registry, and nothing would unload it.

@@ -27,6 +27,9 @@ module StaticTracing
     @attach_mode = false
     @loaded_by_switch = {}.compare_by_identity
     @deferred = nil
+    # Providers whose new probes the Watcher will load (#declared): the
+    # declarations that follow have nothing to ask.
+    @load_pending = {}.compare_by_identity
 
     class << self
       def enabled?
@@ -87,19 +90,19 @@ module StaticTracing
         @enabled
       end
 
-      # Called once tracepoints have been declared on +provider+.
+      # Called once tracepoints have been declared on +provider+. A boot
+      # declares thousands, so what makes most of them nothing to do is
+      # read without the lock: tracing off and the provider not loaded (a
+      # toggle that turns it on, or a load, takes the declared probes with
+      # the others); or a load of its new probes waiting (outside a
+      # #batch), which takes these too (the job forgets the provider before
+      # it loads, so a declaration that still sees it pending is loaded by
+      # it). The Watcher is asked once a burst, not once a probe.
       def declared(provider)
-        @lock.synchronize do
-          next unless provider.loaded? || loading?
+        return unless @enabled || @attach_mode || provider.loaded?
+        return if @load_pending.key?(provider) && @deferred.nil?
 
-          if @deferred
-            @deferred[provider] = true
-          elsif provider.loaded?
-            Watcher.soon([:load_declared, provider], Watcher.period) { load_declared(provider) }
-          else
-            load_for_tracing(provider)
-          end
-        end
+        @lock.synchronize { load_declared_probes(provider) }
       end
 
       # Loads each provider declared in the block once, at its end, rather
@@ -133,6 +136,30 @@ module StaticTracing
       def unload_for_tracing
         @loaded_by_switch.each_key { |provider| provider.send(:unload_for_tracing) }
         @loaded_by_switch.clear
+      end
+
+      # With the lock held: loads the probes just declared on +provider+ at
+      # the end of the #batch, within a moment (loaded) or now (not loaded).
+      def load_declared_probes(provider)
+        return unless provider.loaded? || loading?
+
+        if @deferred
+          @deferred[provider] = true
+        elsif provider.loaded?
+          load_declared_soon(provider)
+        else
+          load_for_tracing(provider)
+        end
+      end
+
+      # Has the Watcher load +provider+'s new probes within a moment. Until
+      # the job starts, declarations on it have nothing to ask (#declared).
+      def load_declared_soon(provider)
+        Watcher.soon([:load_declared, provider], Watcher.period) do
+          @load_pending.delete(provider)
+          load_declared(provider)
+        end
+        @load_pending[provider] = true
       end
 
       # A provider that cannot take its new probes now keeps its old ones

@@ -26,13 +26,17 @@ module StaticTracing
     # ArgumentError unless +latency+ is nil or the index of an Integer among
     # +types+, and +stack+ nil or the index of a String.
     def self.check_roles(name, types, latency:, stack:)
-      { latency: [latency, Integer], stack: [stack, String] }.each do |role, (index, type)|
-        next if index.nil? || (index.is_a?(Integer) && index >= 0 && types[index].equal?(type))
-
-        raise ArgumentError, "probe #{name}: #{role}: must be the index of #{type == Integer ? "an" : "a"} " \
-                             "#{type} among its types #{signature(types)}, got #{index.inspect}"
-      end
+      check_role(name, types, :latency, latency, Integer) unless latency.nil?
+      check_role(name, types, :stack, stack, String) unless stack.nil?
     end
+
+    def self.check_role(name, types, role, index, type)
+      return if index.is_a?(Integer) && index >= 0 && types[index].equal?(type)
+
+      raise ArgumentError, "probe #{name}: #{role}: must be the index of #{type == Integer ? "an" : "a"} " \
+                           "#{type} among its types #{signature(types)}, got #{index.inspect}"
+    end
+    private_class_method :check_role
 
     # The index of the argument that holds a duration in nanoseconds, or nil.
     attr_reader :latency_argument

@@ -2,8 +2,8 @@
 
 use super::errors::{argument_error, range_error, type_error};
 use magnus::{
-    value::ReprValue, Error, Float, Integer, RArray, RClass, RString, Ruby, Symbol, TryConvert,
-    Value,
+    rb_sys::AsRawValue, value::ReprValue, Error, Float, Integer, RArray, RClass, RString, Ruby,
+    Symbol, TryConvert, Value,
 };
 use stapsdt::ring::{Arg, MAX_STRING};
 use stapsdt::{ArgType, MAX_ARGS};
@@ -28,6 +28,34 @@ pub fn type_class(ruby: &Ruby, arg: ArgType) -> RClass {
 pub fn signature(types: &[ArgType]) -> String {
     let names: Vec<&str> = types.iter().map(|&arg| type_name(arg)).collect();
     format!("({})", names.join(", "))
+}
+
+/// The classes given to `add_tracepoint` as argument types, when there are
+/// at most `MAX_ARGS` and each is Integer, String or Float itself (compared
+/// by identity, so no Ruby code runs); else None, and `parse_types` says why
+/// (or accepts what a class's own `==` makes equal to one of them).
+pub fn exact_types(ruby: &Ruby, classes: RArray) -> Option<([ArgType; MAX_ARGS], usize)> {
+    // SAFETY: no Ruby code runs while the slice is borrowed.
+    let given = unsafe { classes.as_slice() };
+    if given.len() > MAX_ARGS {
+        return None;
+    }
+    let [integer, string, float] = [
+        ruby.class_integer(),
+        ruby.class_string(),
+        ruby.class_float(),
+    ]
+    .map(|class| class.as_raw());
+    let mut types = [ArgType::Int64; MAX_ARGS];
+    for (slot, class) in types.iter_mut().zip(given) {
+        *slot = match class.as_raw() {
+            raw if raw == integer => ArgType::Int64,
+            raw if raw == string => ArgType::String,
+            raw if raw == float => ArgType::Float64,
+            _ => return None,
+        };
+    }
+    Some((types, given.len()))
 }
 
 /// The classes given to `add_tracepoint`, as argument types.

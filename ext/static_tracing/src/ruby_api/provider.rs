@@ -14,11 +14,19 @@ use crate::attach_watch;
 use crate::internal_probes;
 use crate::site_slot::SiteSlot;
 use magnus::{
-    function, gc::Marker, method, prelude::*, r_hash::ForEach, typed_data::Obj, value::Opaque,
-    DataTypeFunctions, Error, RArray, RHash, Ruby, Symbol, TypedData, Value,
+    function,
+    gc::Marker,
+    method,
+    prelude::*,
+    r_hash::ForEach,
+    rb_sys::{protect, AsRawValue, FromRawValue},
+    typed_data::Obj,
+    value::Opaque,
+    DataTypeFunctions, Error, RArray, RHash, RString, Ruby, Symbol, TypedData, Value,
 };
 use stapsdt::elf::ImageSpec;
 use stapsdt::image::{self, LoadError, LoadedImage, PublishError, Reloaded, Skipped};
+use stapsdt::names::{self, NameKind};
 use stapsdt::stub_dir;
 use stapsdt::{Arch, ProbeSpec};
 use std::cell::{Ref, RefCell, RefMut};
@@ -161,7 +169,11 @@ impl Provider {
     }
 
     /// `_declare(name, classes)`: `[tracepoint, declared]`, the Tracepoint
-    /// named `name` and whether this call added it. The same name with the
+    /// named `name` and whether this call added it; nil when `name` is not
+    /// a Symbol or a String of ASCII characters (`StaticTracing::Names`
+    /// says what is wrong with it). The name is checked first, against the
+    /// naming rule (`stapsdt::names`, whose message is the one
+    /// `Native.name_problem` gives), then the types. The same name with the
     /// same types gives the Tracepoint declared first; with other types, an
     /// error. A loaded provider is not reloaded here: `_load` does it, once
     /// for every probe declared since (the Ruby side decides when). On any
@@ -169,26 +181,58 @@ impl Provider {
     fn declare(
         ruby: &Ruby,
         rb_self: Obj<Provider>,
-        name: String,
+        name: Value,
         classes: RArray,
-    ) -> Result<RArray, Error> {
-        let label = tracepoint::label(&rb_self.name, &name);
+    ) -> Result<Option<RArray>, Error> {
+        let Some(text) = probe_text(ruby, name) else {
+            return Ok(None);
+        };
+        // The name first: what is wrong with it is said before anything
+        // about the types.
+        let checked = {
+            // SAFETY: the symbol's own frozen String, or the String given;
+            // no Ruby code runs while it is borrowed.
+            let Ok(name) = std::str::from_utf8(unsafe { text.as_slice() }) else {
+                return Ok(None);
+            };
+            match arguments::exact_types(ruby, classes) {
+                // Integer, String and Float themselves: the spec can only
+                // refuse the name.
+                Some((types, len)) => Ok(ProbeSpec::new(name, &types[..len])
+                    .map_err(|err| argument_error(ruby, err.to_string()))?),
+                None => {
+                    names::validate(NameKind::Probe, name)
+                        .map_err(|err| argument_error(ruby, err.to_string()))?;
+                    Err(name.to_owned())
+                }
+            }
+        };
+        let key = match Symbol::from_value(name) {
+            Some(symbol) => symbol,
+            None => intern(text)?,
+        };
         // May run Ruby code (a class's `==`, an `#inspect` for a message), so
         // it comes before the table is read: from the lookup to the insert
         // no Ruby code runs, and the GVL keeps other threads out.
-        let parsed = probe_spec(ruby, &label, &name, classes);
+        let parsed = checked.or_else(|name| {
+            let label = tracepoint::label(&rb_self.name, &name);
+            probe_spec(ruby, &label, &name, classes)
+        });
         let table = ruby.get_inner(rb_self.tracepoints);
-        let key = ruby.to_symbol(&name);
-        if let Some(existing) = table.get(key) {
+        if let Some(existing) = lookup(table, key) {
             let existing = Obj::<Tracepoint>::try_convert(existing)?;
             return match parsed {
                 Ok(spec) if spec.args() == existing.spec().args() => {
-                    Ok(ruby.ary_new_from_values(&[existing.as_value(), ruby.qfalse().as_value()]))
+                    Ok(Some(ruby.ary_new_from_values(&[
+                        existing.as_value(),
+                        ruby.qfalse().as_value(),
+                    ])))
                 }
                 _ => Err(argument_error(
                     ruby,
                     format!(
-                        "{label} is already declared with {}; cannot redeclare it with {}",
+                        "{} is already declared with {}; cannot redeclare it with {}",
+                        tracepoint::label(&rb_self.name, existing.spec().name()),
                         arguments::signature(existing.spec().args()),
                         given_signature(classes)
                     ),
@@ -201,9 +245,12 @@ impl Provider {
             Arc::new(SiteSlot::default()),
         ));
         let mut state = rb_self.state_mut(ruby)?;
-        table.aset(key, tracepoint)?;
+        insert(table, key, tracepoint.as_value());
         state.stale |= state.image.is_some();
-        Ok(ruby.ary_new_from_values(&[tracepoint.as_value(), ruby.qtrue().as_value()]))
+        Ok(Some(ruby.ary_new_from_values(&[
+            tracepoint.as_value(),
+            ruby.qtrue().as_value(),
+        ])))
     }
 
     /// `tracepoints`: the probe table, a frozen copy.
@@ -404,6 +451,56 @@ impl Provider {
         let label = tracepoint::label(&provider, &probe);
         probe_spec(ruby, &label, &probe, classes).map(drop)
     }
+}
+
+/// The text of a probe name as `_declare` takes it: a Symbol, or a String
+/// itself (a subclass's `to_s` may say otherwise), of ASCII characters.
+/// Anything else is `StaticTracing::Names`'s to explain.
+fn probe_text(ruby: &Ruby, name: Value) -> Option<RString> {
+    let text = match Symbol::from_value(name) {
+        // SAFETY: rb_sym2str returns the symbol's own frozen String.
+        Some(symbol) => {
+            RString::from_value(unsafe { Value::from_raw(rb_sys::rb_sym2str(symbol.as_raw())) })?
+        }
+        None => RString::from_value(name)
+            .filter(|text| text.class().as_raw() == ruby.class_string().as_raw())?,
+    };
+    is_ascii(text).then_some(text)
+}
+
+/// The Symbol of an ASCII String.
+fn intern(text: RString) -> Result<Symbol, Error> {
+    // SAFETY: an ASCII String cannot be refused; running out of memory is
+    // caught by `protect`.
+    let key = protect(|| unsafe { rb_sys::rb_str_intern(text.as_raw()) })?;
+    // SAFETY: what rb_str_intern returned, a Symbol.
+    Symbol::try_convert(unsafe { Value::from_raw(key) })
+}
+
+/// The table's entry for `key`. A Symbol's hash and equality are the VM's
+/// own (no method is called) and a lookup cannot raise, so it needs no
+/// `protect`: a boot declares thousands of probes.
+fn lookup(table: RHash, key: Symbol) -> Option<Value> {
+    let missing = rb_sys::Qundef as rb_sys::VALUE;
+    // SAFETY: live objects; rb_hash_lookup2 returns the value or `missing`.
+    let found = unsafe { rb_sys::rb_hash_lookup2(table.as_raw(), key.as_raw(), missing) };
+    // SAFETY: a value the table holds.
+    (found != missing).then(|| unsafe { Value::from_raw(found) })
+}
+
+/// Adds `key => value` to the table: as `lookup`, nothing here calls a
+/// method, and the table is never frozen nor iterated by Ruby code (it is
+/// only ever handed out as a copy), so the insert cannot raise.
+fn insert(table: RHash, key: Symbol, value: Value) {
+    // SAFETY: live objects; see above.
+    unsafe { rb_sys::rb_hash_aset(table.as_raw(), key.as_raw(), value.as_raw()) };
+}
+
+/// Whether a String is in an ASCII-compatible encoding and holds only
+/// ASCII characters (Ruby's `ascii_only?`, which implies `valid_encoding?`).
+fn is_ascii(text: RString) -> bool {
+    // SAFETY: a live String; reads (and may cache) its code range.
+    unsafe { rb_sys::rb_enc_str_asciionly_p(text.as_raw()) != 0 }
 }
 
 /// `(Integer, :foo)`: the classes given to a redeclaration, as given.
