@@ -5,9 +5,16 @@ require "rbconfig"
 module Bench
   # What loading a provider costs as it grows: the time to generate, write
   # and dlopen its stub, the stub's size, the cost of growing a loaded
-  # provider by one probe (a regenerate-and-reload), and resident memory.
+  # provider by one probe (a regenerate-and-reload), and resident memory;
+  # and what a boot that declares a provider's probes with tracing on costs,
+  # declarations and load together.
   class Load < Group
     ROUNDS = 7
+    # The boot: this many probes of these types, each round with tracing on
+    # and with it off (BOOT_ROUNDS_PER_ROUND rounds for each of the group's).
+    BOOT_PROBES = 1_000
+    BOOT_TYPES = [Integer, String].freeze
+    BOOT_ROUNDS_PER_ROUND = 3
     SIZES = [10, 100, 1_000, 10_000].freeze
     # The size the reload is compared at, and the pair linearity is read from.
     GROWN = 1_000
@@ -41,6 +48,7 @@ module Bench
       @series = ->(size, key) { results[size].map { |result| result[key] } }
       sizes_table(results[SIZES.first].first[:stub_dir])
       growth_table
+      boot_table
       memory_table
     end
 
@@ -135,6 +143,53 @@ module Bench
     end
 
     def count(size) = Table.formatter(:int).call(size)
+
+    # BOOT_PROBES declarations into a fresh provider and its load, with
+    # tracing on (the mode a boot runs in: the first declaration loads the
+    # provider, the others wait for one reload) and off (the load alone),
+    # in interleaved rounds.
+    def boot_table
+      names = Array.new(BOOT_PROBES) { |index| "probe_#{index}" }
+      modes = { on: StaticTracing::Configuration::Modes::ON, off: StaticTracing::Configuration::Modes::OFF }
+      results = Bench.interleave(modes.transform_values { |mode| -> { boot(names, mode) } },
+                                 rounds: rounds * BOOT_ROUNDS_PER_ROUND)
+      table = table(:load_boot, "Declaring #{count(BOOT_PROBES)} #{signature} probes into a fresh provider and " \
+                                "loading it (median of #{rounds * BOOT_ROUNDS_PER_ROUND} interleaved rounds)",
+                    path: "tracing", total_ms: ["total ms", :d3], total_ms_spread: ["min..max", :r3],
+                    first_us: ["first declaration µs", :d1], declare_us_per_probe: ["µs/declaration after", :d3],
+                    load_ms: ["load ms", :d3], ratio_to_load: ["total / load alone", :x])
+      load_alone = results[:off].map { |result| result[:load_ns] }
+      modes.each_key { |mode| table.row(boot_row(mode, results[mode], load_alone)) }
+      table.note("on: the first declaration loads the provider (a stub of one probe), the others wait for the load " \
+                 "after them, which rebuilds it; load alone = the off row's load, same round; names probe_0, ...")
+      table.note("a GC before each round, none between its declarations and its load; " \
+                 "timed in #{CLOCK_WORDS.fetch(CLOCK)}")
+    end
+
+    def signature = StaticTracing::Tracepoint.signature(BOOT_TYPES)
+
+    def boot(names, mode)
+      StaticTracing::Configuration.mode = mode
+      provider = StaticTracing::Provider.register(:"bench_boot_#{@providers = (@providers || 0) + 1}")
+      GC.start
+      String.new(capacity: 64 * 1024)
+      first, *others = names
+      first_ns = Bench.call_time_ns { provider.add_tracepoint(first, *BOOT_TYPES) }
+      others_ns = Bench.call_time_ns { others.each { |name| provider.add_tracepoint(name, *BOOT_TYPES) } }
+      { first_ns:, others_ns:, load_ns: Bench.call_time_ns { provider.load } }
+    ensure
+      provider&.unregister
+      StaticTracing::Configuration.mode = StaticTracing::Configuration::Modes::OFF
+    end
+
+    def boot_row(mode, results, load_alone)
+      total = results.map { |result| result.values.sum / 1e6 }
+      median = ->(key) { Bench.median(results.map { |result| result[key] }) }
+      { id: "boot.#{mode}", path: mode.to_s, total_ms: Bench.median(total), total_ms_spread: total.minmax,
+        first_us: median.call(:first_ns) / 1e3, declare_us_per_probe: median.call(:others_ns) / 1e3 / (BOOT_PROBES - 1),
+        load_ms: median.call(:load_ns) / 1e6, ratio_to_load: Bench.median_ratio(total, load_alone.map { _1 / 1e6 }),
+        total_ms_samples: total.map { |ms| ms.round(4) } }
+    end
 
     def memory_table
       results = Array.new(MEMORY_ROUNDS) { |round| memory(round) }

@@ -19,6 +19,9 @@ module Bench
     # An attached LatencyTracer call: at most this times the C nop1 stub's.
     LATENCY_OVER_NOP1 = 1.20
     LOAD_1000_MS = 2.0
+    # 1,000 (Integer, String) probes declared into a fresh provider and
+    # loaded, tracing on: declarations and load together.
+    BOOT_1000_MS = 2.0
     # Per-probe load cost at 10,000 over that at 1,000: linear within this.
     LINEAR = 1.25
     # A recorded LatencyTracer call: at most this times the same call with
@@ -96,7 +99,9 @@ module Bench
       method_rows + fire_rows + attached_floor_rows +
         [target("load.thousand_ms", "load of 1,000 probes <= 2 ms") { load_thousand },
          target("load.linear", "load linear to 10,000 (per-probe cost ratio <= #{LINEAR})") { linear },
-         target("load.add_one", "add 1 probe to a loaded 1,000 <= full load") { reload_one }] +
+         target("load.add_one", "add 1 probe to a loaded 1,000 <= full load") { reload_one },
+         target("load.boot", "declare 1,000 (Integer, String) probes and load them, tracing on, " \
+                             "<= #{BOOT_1000_MS.to_i} ms") { boot }] +
         recorder_rows + block_rows
     end
 
@@ -220,6 +225,15 @@ module Bench
 
     def load_thousand
       [value(:load, "load.1000", :load_ms), LOAD_1000_MS, "ms", nil]
+    end
+
+    def boot
+      [value(:load_boot, "boot.on", :total_ms), BOOT_1000_MS, "ms",
+       { first_declaration_us: value(:load_boot, "boot.on", :first_us),
+         us_per_declaration_after: value(:load_boot, "boot.on", :declare_us_per_probe),
+         load_ms: value(:load_boot, "boot.on", :load_ms),
+         load_alone_ms: value(:load_boot, "boot.off", :load_ms),
+         over_load_alone: value(:load_boot, "boot.on", :ratio_to_load) }]
     end
 
     def linear
