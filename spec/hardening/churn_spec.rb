@@ -1,7 +1,8 @@
 # frozen_string_literal: true
 
 # What is done thousands of times in a long-lived process leaves it as it
-# was: its memory, descriptors and mappings stay flat.
+# was: its memory, descriptors and mappings stay flat, and every call
+# returns what it should.
 RSpec.describe "Churn" do
   describe "wrapping and unwrapping", :subprocess do
     include_context "with a private stub directory"
@@ -31,6 +32,47 @@ RSpec.describe "Churn" do
       grown, results = child.wait_for(/^DONE (\d+) (.*)$/, timeout: 60).captures
       expect(results).to eq("[2]")
       expect(Integer(grown)).to be < 1024
+    end
+  end
+
+  # The short form of `rake soak` (soak/churn.rb): the scenarios and bounds
+  # of spec/support/churn.rb, with the counts of Churn::SHORT. When one
+  # fails, the message is the whole table, the broken bound at its end.
+  describe "tracers, reloads and forks", :e2e do
+    around do |example|
+      Dir.mktmpdir("churn") do |root|
+        @root = root
+        example.run
+      end
+    end
+
+    let(:report) { Churn::Report.new }
+    let(:processes) { Churn::Processes.new }
+
+    after { processes.kill_all }
+
+    def run_scenario(scenario, counts)
+      scenario.new(report, processes:, root: @root, attach_delay: Churn::ATTACH_DELAY).run(**counts)
+      expect(report.failures).to be_empty, -> { "#{report}\n" }
+    end
+
+    it "follows #{Churn::SHORT[:attach][:semaphore_cycles]} attach/detach cycles of semaphores and " \
+       "#{Churn::SHORT[:attach][:bpftrace_cycles]} of bpftrace, four threads calling, and holds nothing more" do
+      run_scenario(Churn::AttachChurn, Churn::SHORT[:attach])
+    end
+
+    it "keeps a method wrapped while one of two tracers on its probe stays, whichever leaves first" do
+      run_scenario(Churn::TwoTracers, Churn::SHORT[:two])
+    end
+
+    it "reloads a provider #{Churn::SHORT[:reload][:reloads]} times in place, named by its path by dladdr, gdb " \
+       "and perf, and holds what it would loaded once" do
+      %w[gdb perf].each { |command| require_command!(command) }
+      run_scenario(Churn::ReloadChurn, Churn::SHORT[:reload])
+    end
+
+    it "arms attach mode for the parent only, forking a child every 10 ms under a tracer that comes and goes" do
+      run_scenario(Churn::ForkChurn, Churn::SHORT[:fork])
     end
   end
 end
