@@ -306,7 +306,6 @@ module StaticTracing
       def warn_once(key, message)
         StaticTracing.warn_once(key, message)
       end
-
     end
   end
 end
