@@ -7,12 +7,13 @@
 //! failing case is saved to `elf_properties.proptest-regressions` next to
 //! this file, and replayed first on every later run: commit it with the fix.
 
+mod proptest_setup;
 mod support;
 
 use proptest::prelude::*;
 use proptest::sample::{select, Index};
 use proptest::string::{string_regex, RegexGeneratorStrategy};
-use proptest::test_runner::{FailurePersistence, RngAlgorithm};
+use proptest_setup::config;
 use stapsdt::elf::{build, BuildError, ImageSpec, Layout, SEMAPHORE_SIZE};
 use stapsdt::names::{self, InvalidName, NameKind, MAX_NAME_LEN, NAME_RULE};
 use stapsdt::probe::ProbeSpecError;
@@ -37,32 +38,6 @@ mod limits {
     pub const NAME_CASES: u32 = 8;
     pub const RANDOM_PROBES: usize = 12;
     pub const BOUNDARY_PROBES: usize = 0;
-}
-
-fn config(cases: u32) -> ProptestConfig {
-    ProptestConfig {
-        cases,
-        failure_persistence: persistence(),
-        // Unoptimized, the default ChaCha doubles the run: a case draws
-        // thousands of characters.
-        rng_algorithm: RngAlgorithm::XorShift,
-        ..ProptestConfig::default()
-    }
-}
-
-// The default (next to a `lib.rs`) finds none above `tests/` and says so on
-// every run.
-#[cfg(not(miri))]
-fn persistence() -> Option<Box<dyn FailurePersistence>> {
-    Some(Box::new(
-        proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
-    ))
-}
-
-// Miri's isolation refuses file access.
-#[cfg(miri)]
-fn persistence() -> Option<Box<dyn FailurePersistence>> {
-    None
 }
 
 /// A string strategy that parses its pattern once: a bare `&str` parses it

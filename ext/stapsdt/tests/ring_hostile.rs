@@ -8,11 +8,13 @@
 //! `PROPTEST_CASES=n` runs more mutations (under Miri, pass it through with
 //! `MIRIFLAGS=-Zmiri-env-forward=PROPTEST_CASES`).
 
+mod proptest_setup;
 mod ring_support;
 
 use proptest::prelude::*;
 use proptest::sample::Index;
-use ring_support::{config, proptest_config, HeapRing};
+use proptest_setup::config as proptest_config;
+use ring_support::{config, HeapRing};
 use stapsdt::ring::format::{first_stamp, later_stamp, offset};
 use stapsdt::ring::{parse, Arg, FormatError, Trace};
 use stapsdt::ArgType;

@@ -9,12 +9,14 @@
 //! saved to `ring_properties.proptest-regressions` next to this file, and
 //! replayed first on every later run: commit it with the fix.
 
+mod proptest_setup;
 mod ring_support;
 
 use proptest::prelude::*;
 use proptest::sample::{select, Index};
 use proptest::string::{string_regex, RegexGeneratorStrategy};
-use ring_support::{config, proptest_config, HeapRing};
+use proptest_setup::config as proptest_config;
+use ring_support::{config, HeapRing};
 use stapsdt::ring::{format, parse, Arg, Record, Trace, Value, MAX_STRING};
 use stapsdt::{ArgType, MAX_ARGS};
 

@@ -3,7 +3,6 @@
 
 #![allow(dead_code)] // Each test crate uses its part.
 
-use proptest::test_runner::{Config as ProptestConfig, FailurePersistence, RngAlgorithm};
 use stapsdt::ring::{Ring, RingConfig};
 use std::ops::Deref;
 use std::sync::atomic::AtomicU64;
@@ -62,28 +61,4 @@ pub fn config(slot_count: u64, overwrite: bool) -> RingConfig {
         anchor_monotonic_ns: 123_456_789,
         anchor_realtime_ns: 1_700_000_000_000_000_000,
     }
-}
-
-pub fn proptest_config(cases: u32) -> ProptestConfig {
-    ProptestConfig {
-        cases,
-        failure_persistence: persistence(),
-        // Unoptimized, the default ChaCha is slow.
-        rng_algorithm: RngAlgorithm::XorShift,
-        ..ProptestConfig::default()
-    }
-}
-
-// The default (next to a `lib.rs`) finds none above `tests/`.
-#[cfg(not(miri))]
-fn persistence() -> Option<Box<dyn FailurePersistence>> {
-    Some(Box::new(
-        proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
-    ))
-}
-
-// Miri's isolation refuses file access.
-#[cfg(miri)]
-fn persistence() -> Option<Box<dyn FailurePersistence>> {
-    None
 }
