@@ -20,9 +20,11 @@ module Docs
     HISTOGRAM_ROW = /\A\s*(?:\[[^\]]*[\])]|< \S+)\s+\d+ \|[@ ]*\|\z/
     # A number of four digits or more, or one where a PID or a port goes
     # (PIDs are short on a machine that has just booted, or wrapped).
-    ID_CONTEXTS = ["PID ", "process ", "pid ", "-p ", "/proc/", "master ", "worker ", "-TRAP ", "list ", "enable ",
-                   "disable ", "toggle ", "latency ", "127.0.0.1:"].map { |text| Regexp.escape(text) }.join("|")
-    ID_NUMBER = /\d{4,}|(?<=#{ID_CONTEXTS})\d+|(?<=-)\d+(?=-\d+-\d+\.so)/
+    ID_CONTEXTS = ["PID ", "process ", "Process ", "pid ", "-p ", "/proc/", "master ", "worker ", "-TRAP ", "list ",
+                   "enable ", "disable ", "toggle ", "latency ", "record ", "dump ", "127.0.0.1:"]
+                  .map { |text| Regexp.escape(text) }.join("|")
+    # ... and a stub's name (provider-PID-N-M.so), a state or ring file's (PID-PIDNS.ring).
+    ID_NUMBER = /\d{4,}|(?<=#{ID_CONTEXTS})\d+|(?<=-)\d+(?=-\d+-\d+\.so)|(?<=\/)\d+(?=-\d+\.[a-z]+\b)/
 
     def self.steps(text)
       text.lines.map(&:chomp).each_with_object([]) do |line, steps|

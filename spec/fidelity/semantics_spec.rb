@@ -56,12 +56,23 @@ RSpec.describe "Traced methods' Ruby semantics" do
     case behaviour
     # Kernel#__method__, a C method, reads the frame before its own: the C wrapper's.
     when :method_name then untraced.merge(c: [untraced[:c].first, :caller_method_name])
+    # Kernel#binding refuses a C caller since Ruby 3.2, and a C method's wrapper is one.
+    when :local_variables then binding_refused? ? untraced.merge(c: binding_refused(untraced[:c])) : untraced
     when :source_location then wrapper_source_locations(untraced)
     when :super_method then wrapper_first(untraced)
     when :backtrace_locations
       untraced.to_h { |name, (error, frames)| [name, [error, traced_frames(name, frames, kind:, state:)]] }
     else untraced
     end
+  end
+
+  def binding_refused? = Gem::Version.new(RUBY_VERSION) >= Gem::Version.new("3.2")
+
+  # What a traced Kernel#binding shows where Ruby refuses it a C caller: the
+  # RuntimeError Ruby raises, whose message says why.
+  def binding_refused(untraced)
+    local, _, local_variables = untraced
+    [local, [:raised, RuntimeError, a_string_matching(/binding/i).and(a_string_matching(/caller/i))], local_variables]
   end
 
   # The wrapper's [file, line] for Ruby methods, C methods' nil as untraced.
