@@ -24,7 +24,7 @@ module Docs
                    "enable ", "disable ", "toggle ", "latency ", "record ", "dump ", "127.0.0.1:"]
                   .map { |text| Regexp.escape(text) }.join("|")
     # ... and a stub's name (provider-PID-N-M.so), a state or ring file's (PID-PIDNS.ring).
-    ID_NUMBER = /\d{4,}|(?<=#{ID_CONTEXTS})\d+|(?<=-)\d+(?=-\d+-\d+\.so)|(?<=\/)\d+(?=-\d+\.[a-z]+\b)/
+    ID_NUMBER = %r{\d{4,}|(?<=#{ID_CONTEXTS})\d+|(?<=-)\d+(?=-\d+-\d+\.so)|(?<=/)\d+(?=-\d+\.[a-z]+\b)}
 
     def self.steps(text)
       text.lines.map(&:chomp).each_with_object([]) do |line, steps|

@@ -54,10 +54,7 @@ RSpec.describe "Traced methods' Ruby semantics" do
     return untraced if state == :off_again
 
     case behaviour
-    # Kernel#__method__, a C method, reads the frame before its own: the C wrapper's.
-    when :method_name then untraced.merge(c: [untraced[:c].first, :caller_method_name])
-    # Kernel#binding refuses a C caller since Ruby 3.2, and a C method's wrapper is one.
-    when :local_variables then binding_refused? ? untraced.merge(c: binding_refused(untraced[:c])) : untraced
+    when :method_name, :local_variables then untraced.merge(c: traced_frame_readers(behaviour, untraced[:c]))
     when :source_location then wrapper_source_locations(untraced)
     when :super_method then wrapper_first(untraced)
     when :backtrace_locations
@@ -66,11 +63,14 @@ RSpec.describe "Traced methods' Ruby semantics" do
     end
   end
 
-  def binding_refused? = Gem::Version.new(RUBY_VERSION) >= Gem::Version.new("3.2")
+  # What the traced C methods that read their caller's frame show of
+  # +behaviour+. Kernel#__method__ reads the frame before its own: the C
+  # wrapper's. Kernel#binding refuses a C caller since Ruby 3.2, and the
+  # wrapper is one: the RuntimeError Ruby raises, whose message says why.
+  def traced_frame_readers(behaviour, untraced)
+    return [untraced.first, :caller_method_name] if behaviour == :method_name
+    return untraced if Gem::Version.new(RUBY_VERSION) < Gem::Version.new("3.2")
 
-  # What a traced Kernel#binding shows where Ruby refuses it a C caller: the
-  # RuntimeError Ruby raises, whose message says why.
-  def binding_refused(untraced)
     local, _, local_variables = untraced
     [local, [:raised, RuntimeError, a_string_matching(/binding/i).and(a_string_matching(/caller/i))], local_variables]
   end
