@@ -1,6 +1,5 @@
 # frozen_string_literal: true
 
-require "tmpdir"
 require "static_tracing/cli"
 
 # The `static-tracing` command loads none of the extension, so the rules it
@@ -9,12 +8,7 @@ require "static_tracing/cli"
 # about the same process: where its files are, what they are called, which
 # directories it passes over, which signals may toggle it.
 RSpec.describe "Contracts between the gem and the static-tracing command", :subprocess do
-  around do |example|
-    Dir.mktmpdir("contracts") do |dir|
-      @dir = dir
-      example.run
-    end
-  end
+  include_context "with a temporary directory", "contracts"
 
   def private_dir(name)
     File.join(@dir, name).tap { |path| Dir.mkdir(path, 0o700) }

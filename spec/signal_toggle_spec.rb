@@ -2,8 +2,6 @@
 
 require "json"
 
-require "tmpdir"
-
 # Real signals sent to real Ruby processes: SIGNAL mode toggles tracing once
 # per signal received, whatever the main thread is doing, next to the
 # handlers the application installed, in forked children too. Every wait is
@@ -78,12 +76,7 @@ module SignalToggleSpec
 end
 
 RSpec.describe StaticTracing::SignalToggle, :subprocess do
-  around do |example|
-    Dir.mktmpdir("signal_toggle_spec") do |dir|
-      @dir = dir
-      example.run
-    end
-  end
+  include_context "with a temporary directory", "signal_toggle_spec"
 
   let(:trap_number) { Signal.list["TRAP"] }
   let(:usr2_number) { Signal.list["USR2"] }

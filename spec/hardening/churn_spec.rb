@@ -39,12 +39,7 @@ RSpec.describe "Churn" do
   # of spec/support/churn.rb, with the counts of Churn::SHORT. When one
   # fails, the message is the whole table, the broken bound at its end.
   describe "tracers, reloads and forks", :e2e do
-    around do |example|
-      Dir.mktmpdir("churn") do |root|
-        @root = root
-        example.run
-      end
-    end
+    include_context "with a temporary directory", "churn"
 
     let(:report) { Churn::Report.new }
     let(:processes) { Churn::Processes.new }
@@ -52,7 +47,7 @@ RSpec.describe "Churn" do
     after { processes.kill_all }
 
     def run_scenario(scenario, counts)
-      scenario.new(report, processes:, root: @root, attach_delay: Churn::ATTACH_DELAY).run(**counts)
+      scenario.new(report, processes:, root: @dir, attach_delay: Churn::ATTACH_DELAY).run(**counts)
       expect(report.failures).to be_empty, -> { "#{report}\n" }
     end
 
