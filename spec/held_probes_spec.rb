@@ -72,6 +72,17 @@ RSpec.describe "Probes held in constants" do
   describe "Tracepoint#fire_if_enabled" do
     let(:probe) { StaticTracing::Tracepoint.new(:held, :values, Integer, String) }
 
+    it "refuses no block, every time, wanted or not, and still checks the first block it is given" do
+      2.times do
+        expect { probe.fire_if_enabled }.to raise_error(ArgumentError, /held:values fire_if_enabled needs a block/)
+      end
+      runs = 0
+      expect(probe.fire_if_enabled { (runs += 1) && [1, "a"] }).to be_nil
+      expect(runs).to eq(1)
+      StaticTracing::Recorder.start(probes: ["held:values"], flight: true)
+      expect { probe.fire_if_enabled }.to raise_error(ArgumentError, /held:values fire_if_enabled needs a block/)
+    end
+
     it "runs the block once to check it, then not at all until the probe is wanted" do
       runs = 0
       expect(probe.fire_if_enabled { (runs += 1) && [1, "a"] }).to be_nil

@@ -376,23 +376,34 @@ unsafe extern "C" fn fire_measured(data: rb_sys::VALUE) -> rb_sys::VALUE {
 /// block, or a probe that is not of one Integer. Built here, so that
 /// nothing needing a drop is alive where it is raised.
 fn measure_problem(tracepoint: &Tracepoint) -> Option<rb_sys::VALUE> {
-    let ruby = Ruby::get().ok()?;
     // SAFETY: called from a method Ruby is running, with its frame current.
-    let message = if unsafe { rb_sys::rb_block_given_p() } == 0 {
-        format!(
-            "{} measure needs a block: the call it times",
-            tracepoint.label
-        )
-    } else if tracepoint.spec.args() != [ArgType::Int64] {
-        format!(
-            "{} is declared {}: measure fires one Integer (Integer), the block's duration",
-            tracepoint.label,
-            arguments::signature(tracepoint.spec.args())
-        )
-    } else {
+    if unsafe { rb_sys::rb_block_given_p() } == 0 {
+        return missing_block(tracepoint, "measure", "the call it times");
+    }
+    if tracepoint.spec.args() == [ArgType::Int64] {
         return None;
-    };
-    let message = ruby.str_new(&message);
+    }
+    argument_error_value(&format!(
+        "{} is declared {}: measure fires one Integer (Integer), the block's duration",
+        tracepoint.label,
+        arguments::signature(tracepoint.spec.args())
+    ))
+}
+
+/// The ArgumentError of a block method (`measure`, `fire_if_enabled`)
+/// called without its block, which `needs` says what it is for.
+fn missing_block(tracepoint: &Tracepoint, method: &str, needs: &str) -> Option<rb_sys::VALUE> {
+    argument_error_value(&format!(
+        "{} {method} needs a block: {needs}",
+        tracepoint.label
+    ))
+}
+
+/// An ArgumentError with `message`, to raise where nothing needing a drop
+/// is alive.
+fn argument_error_value(message: &str) -> Option<rb_sys::VALUE> {
+    let ruby = Ruby::get().ok()?;
+    let message = ruby.str_new(message);
     // SAFETY: a live class and String.
     Some(unsafe { rb_sys::rb_exc_new_str(ruby.exception_arg_error().as_raw(), message.as_raw()) })
 }
@@ -445,6 +456,14 @@ unsafe extern "C" fn fire_if_enabled(rb_self: rb_sys::VALUE) -> rb_sys::VALUE {
     let Some(tracepoint) = plain_receiver(rb_self) else {
         return nil;
     };
+    // SAFETY: called from a method Ruby is running, with its frame current.
+    if unsafe { rb_sys::rb_block_given_p() } == 0 {
+        if let Some(error) = missing_block(tracepoint, "fire_if_enabled", "the values to fire") {
+            // SAFETY: a live exception; nothing in this frame needs dropping.
+            unsafe { rb_sys::rb_exc_raise(error) };
+        }
+        return nil;
+    }
     let wanted = tracepoint.wanted();
     if !wanted && tracepoint.block_checked.swap(true, Ordering::Relaxed) {
         return nil;
