@@ -2,16 +2,24 @@
 
 module Bench
   # Attach mode: what a traced method costs while no tracer is attached
-  # (nothing is wrapped: it should cost what the plain method does), what
-  # the watcher's poller costs with thousands of idle probes, and what
-  # declaring probes one by one into a loaded provider costs now that a
-  # burst of declarations is loaded once.
+  # (nothing is wrapped: it should cost what the plain method does), how
+  # soon a method is wrapped once a tracer attaches (and unwrapped once it
+  # leaves), what the watcher's poller costs with thousands of idle probes,
+  # and what declaring probes one by one into a loaded provider costs now
+  # that a burst of declarations is loaded once.
   class Attach < Group
     ROUNDS = 9
     SAMPLE_MS = 25
     WATCHED = 10_000
     WATCH_SECONDS = 3.0
     DECLARED = 1_000
+    # The attach_delay the wrap latency is measured with: short, so that
+    # TRANSITIONS take a second or two, and long against a poll.
+    WRAP_DELAY = 0.01
+    TRANSITIONS = 60
+    POLL = 0.0002
+    # Threads calling the traced method while it is wrapped and unwrapped.
+    CALLERS = 4
 
     # Plain and attach-mode traced classes with the same method.
     class Plain
@@ -24,14 +32,22 @@ module Bench
       def call(value) = value
     end
 
+    # Its own provider: its semaphore is written by hand.
+    class Rewrapped
+      include StaticTracing::LatencyTracer.with(provider: :bench_attach_wrap)
+
+      def call(value) = value
+    end
+
     def run
       StaticTracing::Configuration.mode = StaticTracing::Configuration::Modes::ATTACH
       calls_table
+      wrap_table
       watcher_table
       declaration_table
     ensure
       StaticTracing::Configuration.mode = StaticTracing::Configuration::Modes::OFF
-      %i[bench_attach bench_attach_watched].each { |name| StaticTracing.providers[name]&.unregister }
+      %i[bench_attach bench_attach_wrap bench_attach_watched].each { |name| StaticTracing.providers[name]&.unregister }
     end
 
     private
@@ -48,6 +64,96 @@ module Bench
       end
       table.note("nothing is wrapped until a tracer attaches, so both rows run the same method; " \
                  "ns/call net of an empty loop")
+    end
+
+    # How long after a tracer raises a probe's semaphore its method is
+    # wrapped, and after the last one lowers it unwrapped: within
+    # attach_delay, docs/modes.md says. The semaphore is written as the
+    # kernel writes it (through /proc/self/mem), and the clock starts
+    # there, not when a tracer would say it attached. In a process doing
+    # nothing else, and with CALLERS threads calling the method that pass
+    # the GVL between calls, as a server's threads waiting on I/O do.
+    def wrap_table
+      previous = StaticTracing::Configuration.attach_delay
+      StaticTracing::Configuration.attach_delay = WRAP_DELAY
+      table = table(:attach_wrap, "Attach mode: wrapped after the semaphore rises, unwrapped after it falls " \
+                                  "(#{TRANSITIONS} transitions, attach_delay #{(WRAP_DELAY * 1000).round} ms)",
+                    path: "process", median_ms: ["median ms", :d1], p99_ms: ["99th pct ms", :d1],
+                    slowest_ms: ["slowest ms", :d1], ratio_to_delay: ["median / attach_delay", :x])
+      semaphore = rewrapped_semaphore
+      { idle: ["doing nothing else", 0], callers: ["#{CALLERS} threads calling it, passing the GVL", CALLERS] }
+        .each do |key, (path, callers)|
+          latencies = with_callers(callers) { wrap_latencies(semaphore) }.sort
+          median = Bench.median(latencies)
+          table.row(id: "attach.wrap.#{key}", path:, median_ms: median * 1000,
+                    p99_ms: latencies[((latencies.size - 1) * 0.99).round] * 1000,
+                    slowest_ms: latencies.last * 1000, ratio_to_delay: median / WRAP_DELAY)
+        end
+      table.note("target: the median within attach_delay; a transition waits for the poller's next scan " \
+                 "(every attach_delay / 2), then for the watcher's thread to get the GVL")
+    ensure
+      semaphore&.close
+      StaticTracing::Configuration.attach_delay = previous
+    end
+
+    # Rewrapped#call's semaphore, in this process's memory, once its stub is
+    # loaded (attach mode loads it within attach_delay of the declaration).
+    def rewrapped_semaphore
+      require "static_tracing/cli"
+      address = Bench.wait_until("bench_attach_wrap is loaded", timeout: 10) do
+        stub = StaticTracing::CLI::Target.new(Process.pid).stubs.find { |each| each.provider == "bench_attach_wrap" }
+        stub&.probes&.find { |each| each.name == "call" }&.then { |probe| stub.bias + probe.semaphore }
+      end
+      Semaphore.new(File.open("/proc/self/mem", "r+b"), address)
+    end
+
+    # A probe's semaphore (a 2-byte counter) and the memory it is written through.
+    Semaphore = Struct.new(:memory, :address) do
+      def set(value) = memory.pwrite([value].pack("S<"), address)
+      def close = memory.close
+    end
+
+    # The seconds each of TRANSITIONS took: raised, then lowered, in turn.
+    # A tracer attaches at any moment of the poller's period, not just
+    # after a scan (when the previous transition was seen): each write
+    # waits a random part of the period first.
+    def wrap_latencies(semaphore)
+      random = Random.new(TRANSITIONS)
+      Array.new(TRANSITIONS) do |index|
+        wanted = index.even?
+        sleep(random.rand * WRAP_DELAY / 2)
+        semaphore.set(wanted ? 1 : 0)
+        started = Bench.now_ns
+        deadline = started + 5e9
+        until wrapped? == wanted
+          raise "Rewrapped#call not #{wanted ? "wrapped" : "unwrapped"} 5 s after its semaphore changed" if
+            Bench.now_ns > deadline
+
+          sleep POLL
+        end
+        (Bench.now_ns - started) / 1e9
+      end
+    ensure
+      semaphore.set(0)
+    end
+
+    def wrapped? = Rewrapped.instance_method(:call).owner != Rewrapped
+
+    def with_callers(count)
+      stop = false
+      threads = Array.new(count) do
+        Thread.new do
+          object = Rewrapped.new
+          until stop
+            object.call(1)
+            Thread.pass
+          end
+        end
+      end
+      yield
+    ensure
+      stop = true
+      threads&.each(&:join)
     end
 
     # The poller's own CPU time (schedstat: nanoseconds on CPU) over a

@@ -101,7 +101,9 @@ module Bench
          target("load.linear", "load linear to 10,000 (per-probe cost ratio <= #{LINEAR})") { linear },
          target("load.add_one", "add 1 probe to a loaded 1,000 <= full load") { reload_one },
          target("load.boot", "declare 1,000 (Integer, String) probes and load them, tracing on, " \
-                             "<= #{BOOT_1000_MS.to_i} ms") { boot }] +
+                             "<= #{BOOT_1000_MS.to_i} ms") { boot },
+         target("attach.wrap", "attach mode, #{Attach::CALLERS} threads calling: (un)wrapped after a semaphore " \
+                               "change <= attach_delay (median)") { wrap }] +
         recorder_rows + block_rows
     end
 
@@ -219,13 +221,9 @@ module Bench
        value(:method_allocations, "#{shape}.armed", :target_objects), "objects/call", nil]
     end
 
-    def fire_allocations(probe)
-      [value(:allocations, "fire_#{probe}", :objects_per_call), 0, "objects/call", nil]
-    end
+    def fire_allocations(probe) = [value(:allocations, "fire_#{probe}", :objects_per_call), 0, "objects/call", nil]
 
-    def load_thousand
-      [value(:load, "load.1000", :load_ms), LOAD_1000_MS, "ms", nil]
-    end
+    def load_thousand = [value(:load, "load.1000", :load_ms), LOAD_1000_MS, "ms", nil]
 
     def boot
       [value(:load_boot, "boot.on", :total_ms), BOOT_1000_MS, "ms",
@@ -235,6 +233,8 @@ module Bench
          load_alone_ms: value(:load_boot, "boot.off", :load_ms),
          over_load_alone: value(:load_boot, "boot.on", :ratio_to_load) }]
     end
+
+    def wrap = [value(:attach_wrap, "attach.wrap.callers", :ratio_to_delay), 1.0, "x attach_delay", nil]
 
     def linear
       [value(:load_growth, "growth.load_per_probe", :ratio), LINEAR, "x per-probe cost at 1,000", nil]
