@@ -85,16 +85,17 @@ module Churn
     # go (Ruby 3.4: 214, 213, 214). What they hold, the heap bound bounds.
     UNBOUNDED = %w[anonymous_maps].freeze
     # A method is wrapped within attach_delay of a tracer attaching, and
-    # unwrapped within it of the last one leaving (docs/modes.md): the
-    # poller scans every attach_delay / 2, and the other half is for the
-    # watcher's thread to get the GVL and wrap. Every transition must come
-    # within LATE_LIMIT (seconds); the median one within attach_delay,
-    # where its start is known: the semaphore's write (a tracer attaches a
-    # moment before it says so, and leaves a moment before it exits). The
-    # share later than attach_delay is reported, not bounded: with four
-    # bpftrace starting at once beside four busy threads on two cores, a
-    # thread is at times not scheduled for tens of milliseconds (measured:
-    # about 1 transition in 10 later than 4 ms; the slowest seen, 150 ms).
+    # unwrapped within it of the last one leaving, when the process gets
+    # the CPU (docs/modes.md): the poller scans every attach_delay / 2, and
+    # the other half is for the watcher's thread to get the GVL and wrap.
+    # That is a speed, measured by `rake bench` (the attach_wrap table); here
+    # the median, 99th percentile and the share later than attach_delay are
+    # reported, not bounded. With four bpftrace starting at once beside four
+    # busy threads on two cores, or the whole machine busy, a thread is at
+    # times not scheduled for tens of milliseconds (measured: the median
+    # from 0.7 to 5.1 ms, with attach_delay 4 ms; the slowest seen, 150 ms).
+    # What is bounded is that the wrapped state follows the tracer: every
+    # transition comes within LATE_LIMIT (seconds).
     LATE_LIMIT = 1.0
   end
 
