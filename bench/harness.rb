@@ -387,9 +387,14 @@ module Bench
     cpu unless cpu.nil? || cpu == "any" || !which("taskset")
   end
 
-  def affinity(cpus)
+  # taskset walks /proc/PID/task: a thread that ends meanwhile (one a group
+  # has just joined) fails the walk, and is gone from the next one.
+  def affinity(cpus, attempts: 3)
     out, status = Open3.capture2e("taskset", "--all-tasks", "--cpu-list", "--pid", cpus, Process.pid.to_s)
-    abort "bench: taskset could not set CPU affinity #{cpus}: #{out.strip}" unless status.success?
+    return if status.success?
+    return affinity(cpus, attempts: attempts - 1) if attempts > 1
+
+    abort "bench: taskset could not set CPU affinity #{cpus}: #{out.strip}"
   end
 
   # Every group of bench/, in ORDER and then by name.
