@@ -412,10 +412,19 @@ module Bench
     groups.select { |group| keys.include?(group.key) }
   end
 
+  # The checkout's commit, or why there is none: the benchmark runs from
+  # an unpacked gem or a root without git too.
+  def source_revision
+    revision = IO.popen(%w[git describe --always --dirty], chdir: ROOT, err: File::NULL, &:read).strip
+    revision.empty? ? "not a git checkout" : revision
+  rescue SystemCallError
+    "git not installed"
+  end
+
   def machine
     uname = Etc.uname
     cpu = File.foreach("/proc/cpuinfo").find { _1.start_with?("model name") }&.split(":", 2)&.last&.strip
-    commit = IO.popen(%w[git describe --always --dirty], chdir: ROOT, err: File::NULL, &:read).strip
+    commit = source_revision
     { ruby: RUBY_DESCRIPTION, cpu: cpu || "unknown", cpus: Etc.nprocessors,
       kernel: "#{uname[:sysname]} #{uname[:release]} #{uname[:machine]}", load_average:,
       static_tracing: "#{StaticTracing::VERSION} (#{commit})", usdt_supported: StaticTracing.supported?,
