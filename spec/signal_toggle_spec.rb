@@ -196,8 +196,8 @@ RSpec.describe StaticTracing::SignalToggle, :subprocess do
         puts "BUSY"
         deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
         spins = 0
-        spins += 1 until StaticTracing.enabled? || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-        [StaticTracing.enabled?, spins]
+        spins += 1 until (seen_on = StaticTracing.enabled?) || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+        [seen_on, spins]
       RUBY
       Process.kill("TRAP", child.pid)
       enabled, spins = busy.value
