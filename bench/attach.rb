@@ -124,12 +124,8 @@ module Bench
         sleep(random.rand * WRAP_DELAY / 2)
         semaphore.set(wanted ? 1 : 0)
         started = Bench.now_ns
-        deadline = started + 5e9
-        until wrapped? == wanted
-          raise "Rewrapped#call not #{wanted ? "wrapped" : "unwrapped"} 5 s after its semaphore changed" if
-            Bench.now_ns > deadline
-
-          sleep POLL
+        Bench.wait_until("Rewrapped#call is #{wanted ? "" : "un"}wrapped", timeout: 5, interval: POLL) do
+          wrapped? == wanted
         end
         (Bench.now_ns - started) / 1e9
       end

@@ -18,15 +18,15 @@ module Bench
 
   def self.now_ns = Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)
 
-  # Polls until the block returns a truthy value, which it returns; raises
-  # naming +what+ after +timeout+ seconds.
-  def self.wait_until(what, timeout:)
+  # Polls every +interval+ seconds until the block returns a truthy value,
+  # which it returns; raises naming +what+ after +timeout+ seconds.
+  def self.wait_until(what, timeout:, interval: 0.01)
     deadline = now_ns + (timeout * 1e9)
     loop do
       result = yield and return result
       raise "timed out after #{timeout} s waiting until #{what}" if now_ns > deadline
 
-      sleep 0.01
+      sleep interval
     end
   end
 
