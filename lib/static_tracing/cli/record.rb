@@ -2,6 +2,7 @@
 
 require "securerandom"
 require_relative "../recording_options"
+require_relative "output_file"
 require_relative "process_recorder"
 require_relative "trace_file"
 
@@ -113,13 +114,13 @@ module StaticTracing
 
       def record(recorder, settings)
         id = SecureRandom.hex(8)
+        OutputFile.check(@output || default_output(recorder.pid), replace: !@output.nil?)
         recorder.request("record", id:, settings: settings.to_h, lease: LEASE)
         status = recorder.recording
         err.puts("Recording #{count(status["armed"], "probe")} (#{patterns(settings)}) in process #{recorder.pid}" \
                  "#{@seconds ? " for #{format("%g", @seconds)}s" : ""} (Ctrl-C to stop)...")
         trace = follow(recorder, id)
-        path = @output || default_output(recorder.pid)
-        write_trace(path, trace)
+        path = write_trace(@output || default_output(recorder.pid), trace)
         report(path, trace)
       end
 
@@ -183,7 +184,7 @@ module StaticTracing
 
       def write_trace(path, trace)
         reader = trace.reader
-        File.open(path, "wb") do |file|
+        OutputFile.write(path, replace: !@output.nil?) do |file|
           TraceFile::Writer.like(reader).write(file, probes: reader.probes, records: trace.records,
                                                      records_total: reader.records_total, dropped: reader.dropped)
         end
@@ -228,7 +229,7 @@ module StaticTracing
 
         recorder = ProcessRecorder.new(pid)
         trace = recorder.open_ring { |ring| TraceFile.from_io(ring, name: recorder.recording["ring"]) }
-        File.open(@output, "wb") do |file|
+        OutputFile.write(@output) do |file|
           TraceFile::Writer.like(trace).write(file, probes: trace.probes, records: trace.records,
                                                     records_total: trace.records_total, dropped: trace.dropped)
         end

@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require_relative "output_file"
 require_relative "trace_file"
 require_relative "report/probe_calls"
 require_relative "report/text"
@@ -65,7 +66,7 @@ module StaticTracing
       def writing(&)
         return yield out unless @output
 
-        File.open(@output, "w", &)
+        OutputFile.write(@output, contents: "the report", &)
       rescue SystemCallError, IOError => e
         raise Error, "cannot write the report to #{@output}: #{CLI.reason(e)}"
       end
