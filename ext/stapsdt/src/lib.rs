@@ -36,6 +36,8 @@ pub mod state_file;
 pub mod stub_dir;
 #[cfg(unix)]
 mod sys;
+#[cfg(unix)]
+pub mod trace_file;
 pub mod tried;
 
 pub use arch::Arch;

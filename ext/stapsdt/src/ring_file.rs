@@ -6,7 +6,9 @@
 //! (private, locked for the process's life, removed when it is done with,
 //! or at exit), with every block reserved before it is mapped: a page the
 //! file system could not supply when it is first written would kill the
-//! process with SIGBUS in the middle of a traced call. Then it is mapped
+//! process with SIGBUS in the middle of a traced call. A ring past the
+//! process's file-size limit, or larger than its file system's free space,
+//! is refused before the file is made. Then it is mapped
 //! shared, so that a record written here is in the file, for the reader,
 //! with no copy and no system call.
 
@@ -90,6 +92,13 @@ impl RingFile {
         let len = config.file_len();
         let len_usize =
             usize::try_from(len).map_err(|_| failed(io::Error::from_raw_os_error(libc::EFBIG)))?;
+        // Both refused before anything is made: past `ulimit -f` the kernel
+        // answers fallocate with SIGXFSZ, which ends the process, and where
+        // fallocate is not supported a full file system would fault it later.
+        sys::check_file_size(len).map_err(failed)?;
+        if dir.available_space().is_ok_and(|available| available < len) {
+            return Err(failed(io::Error::from_raw_os_error(libc::ENOSPC)));
+        }
         let file = match dir.create_locked(&name, &[]) {
             Err(err)
                 if err.kind() == io::ErrorKind::AlreadyExists && dir.remove_if_unheld(&name) =>

@@ -189,6 +189,11 @@ impl StubDir {
         &self.path
     }
 
+    /// Bytes an unprivileged user may still write in this directory's file system.
+    pub fn available_space(&self) -> io::Result<u64> {
+        sys::available_space(&self.dir)
+    }
+
     /// Whether `other` is this very directory, whatever path led to it.
     pub fn is(&self, other: &StubDir) -> bool {
         self.identity == other.identity

@@ -421,6 +421,14 @@ pub fn names_file(dir: &File, name: &str, file: &File) -> bool {
         .is_ok_and(|meta| meta.dev() == stat.st_dev as u64 && meta.ino() == stat.st_ino as u64)
 }
 
+/// Whether `path` (a link itself, not followed) names the file `file` is.
+pub fn same_file(path: &Path, file: &File) -> bool {
+    match (std::fs::symlink_metadata(path), file.metadata()) {
+        (Ok(named), Ok(held)) => named.dev() == held.dev() && named.ino() == held.ino(),
+        _ => false,
+    }
+}
+
 /// This process's limit on open files (`ulimit -n`), if it has one.
 pub fn open_files_limit() -> Option<u64> {
     let mut limit = std::mem::MaybeUninit::<libc::rlimit>::uninit();
@@ -433,6 +441,51 @@ pub fn open_files_limit() -> Option<u64> {
     // rlim_t is not u64 on every Unix.
     #[allow(clippy::unnecessary_cast)]
     (limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur as u64)
+}
+
+/// The largest file this process may make (`ulimit -f`), if it has a
+/// limit: a write or `fallocate` past it raises SIGXFSZ, which ends the
+/// process, so whatever the gem makes is checked against it first.
+pub fn file_size_limit() -> Option<u64> {
+    let mut limit = std::mem::MaybeUninit::<libc::rlimit>::uninit();
+    // SAFETY: valid out-pointer; getrlimit fills it on success.
+    if unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, limit.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: getrlimit succeeded, so `limit` is initialized.
+    let limit = unsafe { limit.assume_init() };
+    // rlim_t is not u64 on every Unix.
+    #[allow(clippy::unnecessary_cast)]
+    (limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur as u64)
+}
+
+/// Refuses, with `EFBIG`, a file of `len` bytes that this process may not
+/// make: the kernel would answer it with SIGXFSZ rather than an error.
+pub fn check_file_size(len: u64) -> io::Result<()> {
+    match file_size_limit() {
+        Some(limit) if len > limit => Err(io::Error::from_raw_os_error(libc::EFBIG)),
+        _ => Ok(()),
+    }
+}
+
+/// Bytes an unprivileged user may still write on the file system of `file`.
+#[cfg(target_os = "linux")]
+pub fn available_space(file: &File) -> io::Result<u64> {
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: valid descriptor and out-pointer; fstatvfs fills it on success.
+    if unsafe { libc::fstatvfs(file.as_raw_fd(), stat.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fstatvfs succeeded, so `stat` is initialized.
+    let stat = unsafe { stat.assume_init() };
+    // fsblkcnt_t and c_ulong are u64 here, not on every Unix.
+    #[allow(clippy::unnecessary_cast)]
+    Ok((stat.f_bavail as u64).saturating_mul(stat.f_frsize as u64))
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn available_space(_file: &File) -> io::Result<u64> {
+    Ok(u64::MAX)
 }
 
 /// Removes the directory entry `name` of `dir` (a link itself, never its target).

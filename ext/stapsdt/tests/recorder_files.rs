@@ -111,7 +111,8 @@ fn a_second_ring_replaces_nothing_while_the_first_is_held() {
 }
 
 /// Runs `f` with this process allowed files of `bytes` at most (`ulimit
-/// -f`), SIGXFSZ ignored so that going past it is an error, not death.
+/// -f`). SIGXFSZ keeps the disposition a real process has: anything that
+/// goes past the limit ends this test process, as it would end the user's.
 fn with_file_size_limit<R>(bytes: u64, f: impl FnOnce() -> R) -> R {
     let mut saved = libc::rlimit {
         rlim_cur: 0,
@@ -126,17 +127,11 @@ fn with_file_size_limit<R>(bytes: u64, f: impl FnOnce() -> R) -> R {
         rlim_cur: bytes,
         rlim_max: saved.rlim_max,
     };
-    // SAFETY: valid pointers; the disposition and limit are put back below.
-    let handler = unsafe {
-        assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &limited), 0);
-        libc::signal(libc::SIGXFSZ, libc::SIG_IGN)
-    };
+    // SAFETY: valid pointer; the limit is put back below.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &limited) }, 0);
     let result = f();
     // SAFETY: as above.
-    unsafe {
-        libc::setrlimit(libc::RLIMIT_FSIZE, &saved);
-        libc::signal(libc::SIGXFSZ, handler);
-    }
+    unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &saved) };
     result
 }
 

@@ -130,15 +130,38 @@ fn files() -> Files {
     // Seq 0 to 14 so far: one more 3-slot record wraps (positions 15, 0,
     // 1), over seq 0 and the first slot of seq 1 to 3.
     assert!(ring.record(pair, 9, 2, &[Arg::Float(1.5), Arg::Str(&[b'w'; 40])]));
+    let trace = in_ring_layout(&ring.snapshot());
     let files = Files {
         live: ring.bytes(),
-        trace: ring.snapshot(),
-        parsed: parse(&ring.snapshot()).unwrap(),
+        parsed: parse(&trace).unwrap(),
+        trace,
     };
     assert_eq!(files.parsed.counters.head, 18);
     assert_eq!(files.parsed.records.len(), 8);
     assert_eq!(files.parsed.counters.records, 10);
     files
+}
+
+/// A snapshot (sized to what it holds: its table's capacity is what the
+/// table uses) laid out as the live ring is, its slots at `RING_OFFSET`, so
+/// that one set of offsets serves both files here. A trace file may have
+/// any table capacity: this one is as valid.
+fn in_ring_layout(snapshot: &[u8]) -> Vec<u8> {
+    let ring_offset = u64::from_le_bytes(
+        snapshot[offset::RING_OFFSET..offset::RING_OFFSET + 8]
+            .try_into()
+            .unwrap(),
+    ) as usize;
+    let mut bytes = snapshot[..ring_offset].to_vec();
+    bytes.resize(RING_OFFSET, 0);
+    bytes.extend_from_slice(&snapshot[ring_offset..]);
+    put_u64(
+        &mut bytes,
+        offset::TABLE_CAPACITY,
+        (RING_OFFSET - 4096) as u64,
+    );
+    put_u64(&mut bytes, offset::RING_OFFSET, RING_OFFSET as u64);
+    bytes
 }
 
 fn put(bytes: &mut [u8], at: usize, value: &[u8]) {

@@ -1,79 +1,75 @@
 //! A consistent copy of a live ring, as a trace file: what a process writes
-//! of its own ring when a trigger fires.
+//! of its own ring when a trigger fires or its code asks for a dump.
 
 use super::format::{
-    offset, Counters, COMPLETE, FIRST, HEADER_SIZE, MAX_STRING, SLOT_SIZE, TABLE_OFFSET,
+    offset, Counters, Header, COMPLETE, FIRST, HEADER_SIZE, MAX_STRING, SLOT_SIZE, TABLE_OFFSET,
 };
 use super::reader::Slots;
 use super::writer::Ring;
 use std::sync::atomic::fence;
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 
+/// Slots copied in one round of passes A, B and C: the stamps of one round
+/// are all the snapshot holds besides the file itself.
+const ROUND: u64 = 1 << 14;
+
 impl Ring {
-    /// The ring as a trace file (flag `complete`, the same geometry, tail
-    /// 0), read in passes A (stamps), B (slots) and C (stamps) as
-    /// docs/recording.md says, while writers may be writing. Every slot
-    /// that is not part of a whole, valid record in the copy (its stamp
-    /// changed between passes A and C, its record was not whole in pass B,
-    /// or another process wrote nonsense into it) is zeroed, stamp and
-    /// words: the file holds only records a reader takes, and `parse`
-    /// reads it back. Counters are read after pass C, so that they cover
-    /// every record in the copy; the probe table is this process's copy.
+    /// The ring as a trace file (flag `complete`, tail 0), read in passes
+    /// A (stamps), B (slots) and C (stamps) as docs/recording.md says,
+    /// while writers may be writing, and sized to what it holds.
     ///
-    /// Takes the table's lock (so waits for an `add_probe`), and allocates
-    /// the file's length plus a quarter of the slots' size.
+    /// The cut is taken first: `records` and `dropped`, then `head`. The
+    /// file holds the slots before that head that can still be there (the
+    /// last `slot_count` of them, fewer before the ring's first lap), as a
+    /// trace file of exactly that many slots, and counts as reserved only
+    /// the records reserved before the cut: a record written after it is
+    /// neither held nor lost. A snapshot of 5 records is a few KiB.
+    ///
+    /// Every slot that is not part of a whole, valid record of the cut
+    /// (its stamp changed between passes A and C, its record was not whole
+    /// in pass B, or another process wrote nonsense into it) is zeroed, stamp and words: the file holds
+    /// only records a reader takes, and `parse` reads it back. The probe
+    /// table is this process's copy, taken after the last pass C (its lock
+    /// held only for that copy), so that it names every record held.
+    ///
+    /// Writers never wait for it. It allocates the file's length and the
+    /// stamps of one round.
     pub fn snapshot(&self) -> Vec<u8> {
-        let slot_count = self.config.slot_count;
-        let ring_offset = self.config.ring_offset() as usize;
-        // create() checked that the file fits in memory.
-        let mut out = vec![0u8; self.config.file_len() as usize];
-
-        // Pass A. The fence after it pairs with the writers' Release stores
-        // of the stamps it saw: their records' words happen before pass B.
-        let mut stamps: Vec<u64> = (0..slot_count)
-            .map(|seq| self.region.slot(seq)[0].load(Relaxed))
-            .collect();
-        fence(Acquire);
-        // Pass B.
-        let area = &mut out[ring_offset..];
-        for (seq, slot) in (0..slot_count).zip(area.chunks_exact_mut(SLOT_SIZE as usize)) {
-            let words = self.region.slot(seq);
-            for (word, bytes) in words.iter().zip(slot.chunks_exact_mut(8)) {
-                bytes.copy_from_slice(&word.load(Relaxed).to_le_bytes());
-            }
-        }
-        // Pairs with the Release fence of any writer whose words pass B saw:
-        // its 0 stamp then happens before pass C.
-        fence(Acquire);
-        // Pass C: a stamp that changed since pass A, its slot's words may be
-        // anyone's.
-        for (seq, stamp) in (0..slot_count).zip(stamps.iter_mut()) {
-            if self.region.slot(seq)[0].load(Relaxed) != *stamp {
-                *stamp = 0;
-            }
-        }
-        // After pass C, and after the fences: head and records count every
-        // record whose stamp pass A saw (their writers added to them before
-        // storing the stamps).
         let load = |at| self.region.header_u64(at).load(Relaxed);
-        let (head, records, dropped) = (
-            load(offset::HEAD),
-            load(offset::RECORDS),
-            load(offset::DROPPED),
-        );
-        // Every probe a record in the copy names: its writer loaded the
-        // probe's signature, published after the table's entry.
-        let table = self.table();
+        // A writer adds to head before it adds to records: every record
+        // counted here has its slots below the head read after it.
+        let (records, dropped) = (load(offset::RECORDS), load(offset::DROPPED));
+        fence(Acquire);
+        let head = load(offset::HEAD);
+        let first = head.saturating_sub(self.config.slot_count);
+        // Either slot_count (the ring has wrapped) or head (its first lap):
+        // either way a slot's position in the file, `seq mod span`, is its
+        // position in the ring, where a record of another lap (one a writer
+        // gave up over, or one written after the cut) is checked as a
+        // reader checks it in the ring.
+        let span = head - first;
+        // span <= slot_count, whose slots are in memory: no overflow.
+        let area_len = (span * SLOT_SIZE) as usize;
 
-        for (slot, &stamp) in area.chunks_exact_mut(SLOT_SIZE as usize).zip(&stamps) {
-            slot[..8].copy_from_slice(&stamp.to_le_bytes());
+        let mut area = vec![0u8; area_len];
+        let mut stamps = Vec::with_capacity(span.min(ROUND) as usize);
+        let mut start = first;
+        while start < head {
+            let end = head.min(start + ROUND);
+            self.copy_round(start, end, span, &mut stamps, &mut area);
+            start = end;
         }
+        let (table_bytes, probes) = {
+            let table = self.table();
+            (table.bytes.clone(), table.probes.clone())
+        };
+
         let kept = Slots {
-            area,
-            slot_count,
+            area: &area,
+            slot_count: span,
             head,
-            ring_offset: ring_offset as u64,
-            probes: &table.probes,
+            ring_offset: 0,
+            probes: &probes,
             max_string: MAX_STRING,
         }
         .kept();
@@ -87,22 +83,63 @@ impl Ring {
             }
         }
 
-        let mut header = self.config.header();
-        header.flags |= COMPLETE;
+        // The table's length is a multiple of 8, below its capacity.
+        let table_capacity = table_bytes.len() as u64;
+        let header = Header {
+            table_capacity,
+            ring_offset: HEADER_SIZE + table_capacity,
+            slot_count: span,
+            flags: self.config.header().flags | COMPLETE,
+            ..self.config.header()
+        };
+        let mut out = Vec::with_capacity(header.ring_offset as usize + area_len);
+        out.resize(HEADER_SIZE as usize, 0);
         header.encode(&mut out);
         Counters {
             head,
-            // At least the records held, even if another process wrote the
-            // counter: the file must read back.
+            // At least the records held: one being written at the cut may
+            // be whole by pass B and counted after the cut was read.
             records: records.max(held),
             dropped,
             tail: 0,
             // The table's capacity bounds it: the cast cannot truncate.
-            table_used: table.bytes.len() as u32,
+            table_used: table_capacity as u32,
         }
-        .encode(&mut out[..HEADER_SIZE as usize]);
-        let table_start = TABLE_OFFSET as usize;
-        out[table_start..table_start + table.bytes.len()].copy_from_slice(&table.bytes);
+        .encode(&mut out);
+        debug_assert_eq!(out.len() as u64, TABLE_OFFSET);
+        out.extend_from_slice(&table_bytes);
+        out.extend_from_slice(&area);
         out
+    }
+
+    /// Passes A, B and C over the slots of sequence numbers `start..end`,
+    /// into `area`, a trace file's slots of `span` slots (sequence `s` at
+    /// position `s mod span`). A slot whose stamp changed between passes A
+    /// and C gets stamp 0: its words may be anyone's.
+    fn copy_round(&self, start: u64, end: u64, span: u64, stamps: &mut Vec<u64>, area: &mut [u8]) {
+        let slot_size = SLOT_SIZE as usize;
+        // Pass A. The fence after it pairs with the writers' Release stores
+        // of the stamps it saw: their records' words happen before pass B.
+        stamps.clear();
+        stamps.extend((start..end).map(|seq| self.region.slot(seq)[0].load(Relaxed)));
+        fence(Acquire);
+        // Pass B.
+        for seq in start..end {
+            let at = (seq % span) as usize * slot_size;
+            let slot = &mut area[at..at + slot_size];
+            for (word, bytes) in self.region.slot(seq).iter().zip(slot.chunks_exact_mut(8)) {
+                bytes.copy_from_slice(&word.load(Relaxed).to_le_bytes());
+            }
+        }
+        // Pairs with the Release fence of any writer whose words pass B saw:
+        // its 0 stamp then happens before pass C.
+        fence(Acquire);
+        // Pass C.
+        for (seq, &stamp) in (start..end).zip(stamps.iter()) {
+            if self.region.slot(seq)[0].load(Relaxed) != stamp {
+                let at = (seq % span) as usize * slot_size;
+                area[at..at + 8].fill(0);
+            }
+        }
     }
 }
