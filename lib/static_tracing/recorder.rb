@@ -24,6 +24,8 @@ module StaticTracing
   module Recorder
     @lock = StaticTracing::STATE_LOCK
     @recording = nil
+    # A start between reserving it and installing its ring (made outside the lock).
+    @starting = false
 
     # A running recording. +by+: :process (this process's own code or
     # environment: forked children start their own) or :command (the
@@ -59,11 +61,7 @@ module StaticTracing
         @lock.synchronize do
           recording = @recording or return false
 
-          @recording = nil
-          Blocks.tracing_changed
-          disarm_all(recording)
-          Native.recorder_stop
-          State.publish
+          end_recording(recording)
           true
         end
       end
@@ -72,20 +70,24 @@ module StaticTracing
         !@recording.nil?
       end
 
+      # Whether +recording+ (a Recording) still runs: it may have been
+      # stopped, or replaced, while a snapshot of it was written.
+      def running?(recording)
+        @recording.equal?(recording)
+      end
+
       # Whether the running recording records +tracepoint+.
       def armed?(tracepoint)
         @recording&.armed&.key?(tracepoint) ? true : false
       end
 
       # Writes what the ring holds now as a trace file at +path+ (created,
-      # mode 0600, never over an existing file); returns the path.
+      # mode 0600, never over an existing file nor through a link, sized to
+      # the records it holds); returns the path. The process's other
+      # threads go on, recording too, while it is copied.
       def dump(path)
-        bytes = @lock.synchronize do
-          raise RecorderError, "nothing is being recorded, so there is nothing to dump" unless @recording
-
-          Native.recorder_snapshot
-        end
-        Snapshots.write(path, bytes)
+        @recording or raise RecorderError, "nothing is being recorded, so there is nothing to dump"
+        Snapshots.write(path)
       end
 
       # What the recording is, for State (and so for `static-tracing`), or nil.
@@ -157,13 +159,15 @@ module StaticTracing
       def take_trigger
         return unless @recording
 
-        @lock.synchronize do
+        recording, taken = @lock.synchronize do
           recording = @recording or return
-          settings = recording.settings
-          taken = Native.recorder_take_trigger(now_ns + (settings.dump_interval * 1e9).to_i) or return
+          taken = Native.recorder_take_trigger(now_ns + (recording.settings.dump_interval * 1e9).to_i) or return
 
-          Snapshots.after_trigger(recording, *taken)
+          [recording, taken]
         end
+        # Outside the lock: the copy of a large ring takes time, and
+        # declaring a probe or a block's first call waits for the lock.
+        Snapshots.after_trigger(recording, *taken)
       end
 
       # In a forked child: the parent's ring is let go of. A recording the
@@ -198,19 +202,52 @@ module StaticTracing
 
       private
 
+      # The ring's file is made outside the lock (and without the GVL):
+      # a large ring takes seconds to reserve, and the process's threads
+      # go on meanwhile, declaring probes too.
       def begin_recording(settings, id:, by:, lease: nil)
+        reserve_start
+        begin
+          path = Native.recorder_start(settings.ring_size, settings.flight, Watcher.wake_fd)
+          @lock.synchronize do
+            install(Recording.new(id:, by:, settings:, path:, armed: {}.compare_by_identity, dumps: [],
+                                  lease:, lease_until: lease && (now + lease)))
+          end
+        ensure
+          @starting = false
+        end
+      end
+
+      def reserve_start
         @lock.synchronize do
           raise RecorderError, already_recording(@recording) if @recording
+          raise RecorderError, "a recording is being started already; stop it first, once it runs" if @starting
           raise RecorderError, "probes cannot be recorded on #{RUBY_PLATFORM}" unless StaticTracing.supported?
 
-          path = Native.recorder_start(settings.ring_size, settings.flight, Watcher.wake_fd)
-          @recording = Recording.new(id:, by:, settings:, path:, armed: {}.compare_by_identity, dumps: [],
-                                     lease:, lease_until: lease && (now + lease))
-          Blocks.tracing_changed
-          arm_matching(@recording)
-          keep_lease if lease
-          State.publish
+          @starting = true
         end
+      end
+
+      # Records into the ring Native.recorder_start made; if any step
+      # fails, whatever was done is taken back, ring and probes armed.
+      def install(recording)
+        installed = false
+        @recording = recording
+        Blocks.tracing_changed
+        arm_matching(recording)
+        keep_lease if recording.lease
+        State.publish
+        installed = true
+      ensure
+        end_recording(recording) unless installed
+      end
+
+      def end_recording(recording)
+        @recording = nil
+        Blocks.tracing_changed
+        disarm_all(recording)
+        Native.recorder_stop
+        State.publish
       end
 
       def already_recording(recording)

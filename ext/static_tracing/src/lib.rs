@@ -3,6 +3,7 @@
 //! itself (ELF stubs, loading) is the `stapsdt` crate, which knows no Ruby.
 
 mod attach_watch;
+mod gvl;
 mod internal_probes;
 mod recorder;
 mod ruby_api;

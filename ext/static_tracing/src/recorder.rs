@@ -8,22 +8,26 @@
 //!
 //! # Why the references handed out here hold
 //!
-//! The current recording is replaced or dropped only by [`start`] and
-//! [`stop`], which the binding calls with the GVL held; records are written
-//! only by `Tracepoint#fire` and `#fire_latency`, which hold the GVL from
-//! start to end and never release it. So no thread is writing into a ring
-//! while it is unmapped. The one exception is a forked child, where the
-//! fork handler takes the parent's ring away before any Ruby code runs in
-//! the child (see [`forget_inherited`]).
+//! The current recording is an `Arc` whose pointer is in `CURRENT`. It is
+//! installed or taken out only by [`install`] and [`stop`], which the
+//! binding calls with the GVL held; records are written only by
+//! `Tracepoint#fire` and `#fire_latency`, which hold the GVL from start to
+//! end and never release it. So no thread is writing into a ring while it
+//! is unmapped. A snapshot, which copies the ring with the GVL released,
+//! holds an `Arc` of its own ([`current`]): a recording stopped meanwhile is
+//! unmapped when the snapshot is done with it. The one exception is a
+//! forked child, where the fork handler takes the parent's ring away before
+//! any Ruby code runs in the child (see [`forget_inherited`]).
 
 use stapsdt::ring::{Arg, Ring, RingConfig};
 use stapsdt::ring_file::{RingFile, RingFileError};
 use std::cell::Cell;
 use std::fs::File;
-use std::io::Write;
+use std::io::{self, Write};
 use std::os::fd::{BorrowedFd, RawFd};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// A recording: its ring, and what makes it write a snapshot.
 pub struct Recording {
@@ -163,52 +167,93 @@ impl Target<'_> {
 /// The trigger threshold of a tracepoint that has none.
 pub const NO_TRIGGER: u64 = u64::MAX;
 
-/// Starts recording into a new ring laid out as `config` says (pid and
-/// clock anchors are filled in here); `wake_fd` (duplicated here) is
-/// written to when a trigger fires. Returns the ring file's path.
-pub fn start(mut config: RingConfig, wake_fd: Option<RawFd>) -> Result<String, String> {
-    on_fork();
-    if !CURRENT.load(Ordering::Acquire).is_null() {
-        return Err("a recording is running already".into());
-    }
-    let key = stapsdt::stub_dir::ProcessKey::current();
-    config.pid = key.pid as u64;
-    config.pid_namespace = key.pid_namespace;
-    (config.anchor_monotonic_ns, config.anchor_realtime_ns) = clock_anchors();
-    let wake = wake_fd
+/// A ring made and not yet recorded into: [`prepare`] makes it, with the
+/// GVL released if the caller likes (it takes time in proportion to its
+/// size), [`install`] starts recording into it.
+pub struct Prepared {
+    file: RingFile,
+    wake: Option<File>,
+}
+
+/// Keeps a duplicate of `wake_fd`, the descriptor a trigger writes to; the
+/// caller holds the original open for this call.
+pub fn keep_wake(wake_fd: Option<RawFd>) -> Result<Option<File>, String> {
+    wake_fd
         .map(|fd| {
             // SAFETY: the caller passes a descriptor it holds open for this
             // call; it is only duplicated here, never closed.
             unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()
         })
         .transpose()
-        .map_err(|err| format!("cannot keep the trigger's pipe: {err}"))?
-        .map(File::from);
+        .map(|wake| wake.map(File::from))
+        .map_err(|err| format!("cannot keep the trigger's pipe: {err}"))
+}
+
+/// Makes the ring file of a new recording laid out as `config` says (pid
+/// and clock anchors are filled in here), `wake` written to when a trigger
+/// fires. Touches nothing of Ruby's and nothing a recording uses.
+pub fn prepare(mut config: RingConfig, wake: Option<File>) -> Result<Prepared, String> {
+    let key = stapsdt::stub_dir::ProcessKey::current();
+    config.pid = key.pid as u64;
+    config.pid_namespace = key.pid_namespace;
+    (config.anchor_monotonic_ns, config.anchor_realtime_ns) = clock_anchors();
     let file = RingFile::create(&config).map_err(|err: RingFileError| err.to_string())?;
-    let path = file.path().display().to_string();
+    Ok(Prepared { file, wake })
+}
+
+/// Records into `prepared` from now on; returns its file's path. Refused
+/// while another recording runs (the prepared ring is then removed).
+pub fn install(prepared: Prepared) -> Result<String, String> {
+    on_fork();
+    if is_recording() {
+        return Err("a recording is running already".into());
+    }
+    let path = prepared.file.path().display().to_string();
     let generation = GENERATION.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
-    let recording = Box::new(Recording {
-        file,
+    let recording = Arc::new(Recording {
+        file: prepared.file,
         generation,
-        wake,
+        wake: prepared.wake,
         triggered: AtomicBool::new(false),
         trigger_probe: AtomicU32::new(0),
         trigger_latency: AtomicU64::new(0),
         quiet_until: AtomicU64::new(0),
     });
-    CURRENT.store(Box::into_raw(recording), Ordering::Release);
+    CURRENT.store(Arc::into_raw(recording).cast_mut(), Ordering::Release);
     Ok(path)
 }
 
-/// Stops the recording, if one runs: its ring file is removed (the caller
-/// has read what it wanted from it) and every mark of it counts for nothing.
+/// Whether a recording runs (in this process: not one inherited from a parent).
+pub fn is_recording() -> bool {
+    !CURRENT.load(Ordering::Acquire).is_null()
+}
+
+/// Stops the recording, if one runs: every mark of it counts for nothing
+/// from now on, and its ring file is removed (the caller has read what it
+/// wanted from it) once no snapshot is copying it any more.
 pub fn stop() {
     let current = CURRENT.swap(std::ptr::null_mut(), Ordering::AcqRel);
     if !current.is_null() {
-        // SAFETY: made by `Box::into_raw` in `start` and taken out of
-        // CURRENT just now, so owned here alone; no thread writes into it
-        // (see the module docs).
-        drop(unsafe { Box::from_raw(current) });
+        // SAFETY: made by `Arc::into_raw` in `install` and taken out of
+        // CURRENT just now: this is the reference CURRENT held. No thread
+        // writes into it (see the module docs).
+        drop(unsafe { Arc::from_raw(current) });
+    }
+}
+
+/// The current recording, held for as long as the caller keeps it, even
+/// past a [`stop`]: for work done with the GVL released. Called with the GVL.
+pub fn current() -> Option<Arc<Recording>> {
+    let current = CURRENT.load(Ordering::Acquire);
+    if current.is_null() {
+        return None;
+    }
+    // SAFETY: made by `Arc::into_raw` in `install`, and still CURRENT's
+    // reference: only `stop` gives that up, with the GVL, which our caller
+    // holds. Counting one more reference first makes the one returned ours.
+    unsafe {
+        Arc::increment_strong_count(current);
+        Some(Arc::from_raw(current))
     }
 }
 
@@ -251,6 +296,14 @@ impl Recording {
         id
     }
 
+    /// Writes what the ring holds now as the new trace file `path` (see
+    /// `Ring::snapshot` and `stapsdt::trace_file::write_new`). Takes time
+    /// and memory in proportion to what the ring holds: call it with the
+    /// GVL released.
+    pub fn write_snapshot(&self, path: &Path) -> io::Result<()> {
+        stapsdt::trace_file::write_new(path, &self.ring().snapshot())
+    }
+
     /// The probe id and latency of the call that fired a trigger since the
     /// last call, if one did; no trigger fires again before `quiet_until`.
     pub fn take_trigger(&self, quiet_until: u64) -> Option<(u32, u64)> {
@@ -273,10 +326,10 @@ impl Recording {
 pub fn forget_inherited() {
     let inherited = INHERITED.swap(std::ptr::null_mut(), Ordering::AcqRel);
     if !inherited.is_null() {
-        // SAFETY: made by `Box::into_raw` in `start`, moved here by the fork
-        // handler, and taken out just now: owned here alone. The child
-        // never wrote into it.
-        drop(unsafe { Box::from_raw(inherited) });
+        // SAFETY: made by `Arc::into_raw` in `install`, moved here by the
+        // fork handler, and taken out just now: this is the reference
+        // CURRENT held. The child never wrote into it.
+        drop(unsafe { Arc::from_raw(inherited) });
     }
 }
 

@@ -13,19 +13,28 @@ module StaticTracing
       # Writes the snapshot a trigger asked for: +probe_id+'s call took
       # +latency+ ns. After max_dumps of them the triggers are taken away.
       # Says what it wrote on stderr, where an operator sees it; a snapshot
-      # that cannot be written is said too, and recording goes on.
+      # that cannot be written is said too, and recording goes on. Called
+      # without the lock: the ring is copied while the process goes on.
       def after_trigger(recording, probe_id, latency)
         settings = recording.settings
         tracepoint = recording.armed.key(probe_id)
-        path = write(File.join(directory(settings), file_name(recording, tracepoint)), Native.recorder_snapshot)
-        recording.dumps << path
-        last = recording.dumps.size >= settings.max_dumps
-        recording.armed.each_key { |each| Native.recorder_trigger(each, nil) } if last
-        State.publish
+        path = write(File.join(directory(settings), file_name(recording, tracepoint)))
+        last = STATE_LOCK.synchronize { count(recording, path) }
         warn("static_tracing: #{label(tracepoint)} took #{Durations.format(latency)} (#{settings.dump_when}): " \
              "wrote #{path}#{"; that is the last of the #{settings.max_dumps} snapshots allowed" if last}")
       rescue SystemCallError, StaticTracing::Error => e
         warn("static_tracing: could not write the snapshot #{label(tracepoint)} asked for: #{e.message}")
+      end
+
+      # Counts +path+ among +recording+'s snapshots; true for the last one
+      # allowed, after which its triggers are taken away (unless it was
+      # stopped while the snapshot was written: then they went with it).
+      def count(recording, path)
+        recording.dumps << path
+        last = recording.dumps.size >= recording.settings.max_dumps
+        recording.armed.each_key { |each| Native.recorder_trigger(each, nil) } if last && Recorder.running?(recording)
+        State.publish
+        last
       end
 
       # Where a trigger's snapshots go.
@@ -44,14 +53,12 @@ module StaticTracing
         tracepoint ? "#{tracepoint.provider.name}:#{tracepoint.name}" : "a probe"
       end
 
-      # A new file, never over an existing one nor through a link.
-      def write(path, bytes)
-        File.open(path, File::WRONLY | File::CREAT | File::EXCL | File::NOFOLLOW | File::BINARY, 0o600) do |file|
-          file.write(bytes)
-        end
+      # What the ring holds now, as the new file +path+ (0600, never over
+      # an existing file nor through a link, sized to its records; see
+      # Native.recorder_dump).
+      def write(path)
+        Native.recorder_dump(File.path(path))
         path
-      rescue SystemCallError => e
-        raise RecorderError, "cannot write #{path}: #{SystemCallError.new(nil, e.errno).message}"
       end
     end
   end

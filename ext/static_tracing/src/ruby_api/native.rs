@@ -76,7 +76,7 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     native.define_singleton_method("recorder_disarm", function!(recorder::disarm, 1))?;
     native.define_singleton_method("recorder_trigger", function!(recorder::set_trigger, 2))?;
     native.define_singleton_method("recorder_status", function!(recorder::status, 0))?;
-    native.define_singleton_method("recorder_snapshot", function!(recorder::snapshot, 0))?;
+    native.define_singleton_method("recorder_dump", function!(recorder::dump, 1))?;
     native.define_singleton_method(
         "recorder_take_trigger",
         function!(recorder::take_trigger, 1),

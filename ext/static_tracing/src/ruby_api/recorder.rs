@@ -6,10 +6,13 @@
 use super::errors::{recorder_error, type_error};
 use super::receiver::receiver;
 use super::tracepoint::Tracepoint;
+use crate::gvl::without_gvl;
 use crate::recorder::{self, NO_TRIGGER};
-use magnus::{Error, RHash, RString, Ruby, Value};
+use magnus::{Error, RHash, Ruby, Value};
 use stapsdt::ring::RingConfig;
+use std::io;
 use std::os::fd::IntoRawFd;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
 fn tracepoint<'a>(ruby: &Ruby, value: &'a Value) -> Result<&'a Tracepoint, Error> {
@@ -26,16 +29,24 @@ fn not_recording(ruby: &Ruby) -> Error {
 }
 
 /// `recorder_start(slots_bytes, overwrite, wake_fd)`: a new ring whose
-/// slots take `slots_bytes` (rounded up to a power of two); returns its path.
+/// slots take `slots_bytes` (rounded up to a power of two); returns its
+/// path. Its file is made with the GVL released: reserving and mapping a
+/// large ring takes seconds, and the process's other threads run meanwhile.
 pub(super) fn start(
     ruby: &Ruby,
     slots_bytes: u64,
     overwrite: bool,
     wake_fd: Option<i32>,
 ) -> Result<String, Error> {
+    let failed = |message| recorder_error(ruby, message);
     let config = RingConfig::for_size(slots_bytes, overwrite)
         .map_err(|err| recorder_error(ruby, err.to_string()))?;
-    recorder::start(config, wake_fd).map_err(|message| recorder_error(ruby, message))
+    if recorder::is_recording() {
+        return Err(failed("a recording is running already".into()));
+    }
+    let wake = recorder::keep_wake(wake_fd).map_err(failed)?;
+    let prepared = without_gvl(|| recorder::prepare(config, wake)).map_err(failed)?;
+    recorder::install(prepared).map_err(failed)
 }
 
 pub(super) fn stop() {
@@ -111,10 +122,34 @@ pub(super) fn status(ruby: &Ruby) -> Result<Option<RHash>, Error> {
     .transpose()
 }
 
-/// The ring as a trace file: a binary String.
-pub(super) fn snapshot(ruby: &Ruby) -> Result<RString, Error> {
-    recorder::with_current(|recording| ruby.str_from_slice(&recording.ring().snapshot()))
-        .ok_or_else(|| not_recording(ruby))
+/// `recorder_dump(path)`: what the ring holds now, as the new trace file
+/// `path` (mode 0600, never over anything, sized to its records). The copy
+/// and the write are done with the GVL released: the process's threads go
+/// on, recording too, while a large ring is copied.
+pub(super) fn dump(ruby: &Ruby, path: PathBuf) -> Result<(), Error> {
+    let recording = recorder::current().ok_or_else(|| not_recording(ruby))?;
+    without_gvl(|| recording.write_snapshot(&path)).map_err(|err| {
+        recorder_error(
+            ruby,
+            format!("cannot write {}: {}", path.display(), write_reason(&err)),
+        )
+    })
+}
+
+/// Why a snapshot could not be written, in the words a user acts on.
+fn write_reason(err: &io::Error) -> String {
+    match err.raw_os_error() {
+        Some(libc::EEXIST) => {
+            "a file of that name exists already (a snapshot never replaces one)".into()
+        }
+        Some(libc::ELOOP) => {
+            "it is a symbolic link (a snapshot is never written through one)".into()
+        }
+        Some(libc::EFBIG) => {
+            format!("{err}: it would be larger than this process may make a file (see ulimit -f)")
+        }
+        _ => err.to_string(),
+    }
 }
 
 /// `[probe_id, latency_ns]` of the call that fired the trigger since the
