@@ -35,6 +35,11 @@ module StaticTracing
     TRIGGER = /\A(?<pattern>[^<>=]+?)\s*>\s*(?<threshold>[^<>=]+)\z/
     # What one request may carry at most: a request is one write to a FIFO.
     MAX_PATTERNS = 64
+    # A trigger's threshold, in nanoseconds. The process keeps it in 64
+    # bits (a little over 584 years); a day is far past any call worth a
+    # snapshot, and a bound people can read. A threshold of 0 would snapshot
+    # every call.
+    THRESHOLDS = (1..(86_400 * Durations::UNITS.fetch("s")))
 
     # A threshold on a latency probe: a call of a probe matching +pattern+
     # that takes longer than +threshold_ns+ makes the process write a snapshot.
@@ -66,7 +71,8 @@ module StaticTracing
     # setting, as the command has one option each.
     def settings(probes: [], flight: false, size: nil, dump_when: nil, dump_dir: nil, # rubocop:disable Metrics/ParameterLists
                  dump_interval: DEFAULT_DUMP_INTERVAL, max_dumps: DEFAULT_MAX_DUMPS)
-      trigger = dump_when && (dump_when.is_a?(Trigger) ? dump_when : trigger(dump_when))
+      # A Trigger made elsewhere is checked as its text would be.
+      trigger = dump_when && trigger(dump_when.is_a?(Trigger) ? dump_when.to_s : dump_when)
       flight = true if trigger
       Settings.new(probes: patterns(probes), flight: flight ? true : false,
                    ring_size: size.nil? ? default_size(flight) : size(size), dump_when: trigger,
@@ -199,7 +205,15 @@ module StaticTracing
                              "\"my_controller:show > 250ms\" (units ns, us, ms, s)"
       end
 
-      Trigger.new(pattern(match[:pattern]), Durations.parse(match[:threshold]))
+      Trigger.new(pattern(match[:pattern]), threshold(match[:threshold], text))
+    end
+
+    def threshold(duration, trigger)
+      nanoseconds = Durations.parse(duration)
+      return nanoseconds if THRESHOLDS.cover?(nanoseconds)
+
+      raise ArgumentError, "trigger threshold #{duration.strip.inspect} in #{trigger.inspect} is out of range: " \
+                           "give at least 1ns and at most #{Durations.exact(THRESHOLDS.max)} (a day)"
     end
 
     def directory(path)
