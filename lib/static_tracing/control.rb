@@ -13,13 +13,23 @@ module StaticTracing
   #
   # and its answer goes into the state file (Control.reply), which the
   # command waits for. Only the process's user, or root, can write to the
-  # FIFO; a request that cannot be read is answered as refused, and changes
-  # nothing.
+  # FIFO; a request that cannot be read or carried out is answered as
+  # refused, with the reason, and changes nothing. Whatever a request
+  # holds, the thread that reads them goes on to the next: one bad request
+  # must not leave the process deaf to every later one.
   module Control
     FORMAT = 1
     # A request is one write to a FIFO, so at most PIPE_BUF bytes; a line
     # longer than that is no request.
     MAX_REQUEST = 4096
+    # A lease is how long a recording outlives a command that stopped
+    # renewing it (the command renews every second): past an hour, a
+    # command that died would leave its ring filling for longer than anyone
+    # would wait for it.
+    MAX_LEASE = 3600.0
+    # A reason quotes what it refuses, which may be most of a request; the
+    # state file it goes into is read with a bound of its own.
+    MAX_REASON = 1024
 
     @io = nil
     @path = nil
@@ -93,15 +103,33 @@ module StaticTracing
         id = request_id(request["id"])
         answer(id, true, carry_out(request["action"], id, request))
       rescue JSON::ParserError, ArgumentError, StaticTracing::Error => e
-        id = request.is_a?(Hash) && request["id"].is_a?(String) ? request["id"][0, 64] : nil
-        answer(id, false, e.message.lines.first.chomp)
+        refuse(request, e.message)
+      rescue StandardError => e
+        # Not a reason the request was checked against but a failure to
+        # carry it out: its class says more than its message alone.
+        refuse(request, "could not carry out the request: #{e.class}: #{e.message}")
+      end
+
+      # The answer names the request by its id as far as it has one: a
+      # malformed id is still the best clue to whose request it was.
+      def refuse(request, reason)
+        id = request.is_a?(Hash) && request["id"].is_a?(String) ? text(request["id"])[0, 64] : nil
+        answer(id, false, text(reason).lines.first.to_s.chomp)
+      end
+
+      # What goes into the state file must be valid UTF-8 (JSON refuses
+      # anything else, and would refuse every later state with it) and
+      # short, whatever bytes a request or an error message carried.
+      def text(value)
+        line = value.to_s.dup.force_encoding(Encoding::UTF_8).scrub
+        line.size > MAX_REASON ? "#{line[0, MAX_REASON]}..." : line
       end
 
       # What was done, in a word or two, for the reply.
       def carry_out(action, id, request)
         case action
         when "record"
-          Recorder.start_for_command(id, request["settings"], request["lease"])
+          Recorder.start_for_command(id, request["settings"], lease(request["lease"]))
           "recording"
         when "renew"
           Recorder.renew(id)
@@ -115,6 +143,14 @@ module StaticTracing
       def answer(id, accepted, message)
         @reply = [id, accepted, message]
         State.publish
+      end
+
+      # Seconds, or nil for a recording that needs no renewing.
+      def lease(seconds)
+        return if seconds.nil?
+        return seconds.to_f if seconds.is_a?(Numeric) && seconds.positive? && seconds <= MAX_LEASE
+
+        raise ArgumentError, "invalid lease #{seconds.inspect}: give seconds above 0 and at most #{MAX_LEASE.to_i}"
       end
 
       def request_id(id)
