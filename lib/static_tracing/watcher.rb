@@ -20,6 +20,13 @@ module StaticTracing
   # only then. Calls made between the attach and the change being applied
   # are not seen.
   module Watcher
+    # What the thread was doing when something failed, as a warning says it.
+    WORK = { waiting: "to wait for work", requests: "to serve a static-tracing request",
+             attach_changes: "to apply a tracer attaching or leaving", jobs: "to run background work",
+             trigger: "to write a triggered snapshot" }.freeze
+    # After a pass that failed the thread waits this long before the next.
+    PAUSE_AFTER_FAILURE = 0.1
+
     @lock = StaticTracing::STATE_LOCK
     # Watch id => listeners of that tracepoint (weakly, as keys).
     @listeners = {}
@@ -176,23 +183,65 @@ module StaticTracing
         @thread.name = "static_tracing watcher"
       end
 
+      # Ends only when its pipe is closed. Anything else that goes wrong in
+      # one pass is said once (per kind and class of error) and the next
+      # pass goes on: this thread alone serves static-tracing's requests,
+      # applies attaches and writes triggered snapshots, and a process
+      # whose thread ended would silently do none of them any more.
       def run(reader)
         Thread.current.report_on_exception = false
         loop do
-          control = @control
-          ready, = IO.select([reader, control].compact, nil, nil, next_wait)
-          reader.read_nonblock(4096, exception: false)
-          Control.receive if control && ready&.include?(control)
-          @lock.synchronize do
-            changes = Native.attach_changes
-            changes.each { |id, attached| attached_changed(id, attached) }
-            State.publish unless changes.empty?
-            run_due_jobs
-          end
-          Recorder.take_trigger
+          serve(reader)
+        rescue StandardError, ScriptError => e
+          break if e.is_a?(IOError) && reader.closed?
+
+          failed(:waiting, e)
+          sleep(PAUSE_AFTER_FAILURE)
         end
-      rescue IOError
-        nil # the pipe was closed
+      rescue Exception => e # rubocop:disable Lint/RescueException
+        warn("static_tracing: process #{Process.pid} stopped serving static-tracing requests, following tracers " \
+             "and writing triggered snapshots: its thread ended with #{e.class}: #{e.message}", uplevel: nil)
+        raise
+      end
+
+      # One pass: each kind of work is done apart from the others, so that
+      # one failing does not keep the others from being done.
+      def serve(reader)
+        control = @control
+        ready, = IO.select([reader, control].compact, nil, nil, next_wait)
+        reader.read_nonblock(4096, exception: false)
+        failures = [
+          failed_doing?(:requests) { Control.receive if control && ready&.include?(control) },
+          failed_doing?(:attach_changes) { apply_attach_changes },
+          failed_doing?(:jobs) { @lock.synchronize { run_due_jobs } },
+          failed_doing?(:trigger) { Recorder.take_trigger }
+        ]
+        # An error that comes back on every pass (whatever woke it) then
+        # costs a few passes a second, not a core.
+        sleep(PAUSE_AFTER_FAILURE) if failures.any?
+      end
+
+      def failed_doing?(work)
+        yield
+        false
+      rescue StandardError, ScriptError => e
+        failed(work, e)
+        true
+      end
+
+      def failed(work, error)
+        StaticTracing.warn_once([:watcher, work, error.class.name],
+                                "static_tracing: process #{Process.pid} failed #{WORK.fetch(work)} and goes on " \
+                                "(said once): #{error.class}: #{error.message.lines.first.to_s.chomp} " \
+                                "(#{error.backtrace&.first})")
+      end
+
+      def apply_attach_changes
+        @lock.synchronize do
+          changes = Native.attach_changes
+          changes.each { |id, attached| attached_changed(id, attached) }
+          State.publish unless changes.empty?
+        end
       end
 
       def next_wait
