@@ -31,6 +31,7 @@
 pub mod format;
 mod reader;
 mod region;
+pub mod scan;
 mod snapshot;
 mod writer;
 

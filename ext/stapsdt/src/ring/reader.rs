@@ -11,6 +11,7 @@ use super::format::{
     HEADER_SIZE, INDEX_MASK, LATER_PAYLOAD, MAGIC, OVERWRITE, PAGE, SLOT_SIZE, STRING_LENGTH,
     TABLE_OFFSET, VERSION,
 };
+use super::scan::{self, Pass, ReadError};
 use super::writer::Arg;
 use crate::probe::ArgType;
 use std::fmt;
@@ -22,14 +23,14 @@ pub struct FormatError {
 }
 
 impl FormatError {
-    fn file(message: impl Into<String>) -> FormatError {
+    pub(super) fn file(message: impl Into<String>) -> FormatError {
         FormatError {
             message: message.into(),
         }
     }
 
     /// `what`, at `offset` in the file, was not what was `expected`.
-    fn invalid(
+    pub(super) fn invalid(
         what: impl fmt::Display,
         offset: u64,
         expected: impl fmt::Display,
@@ -156,38 +157,16 @@ fn u64_at(bytes: &[u8], at: usize) -> u64 {
 /// Reads a ring file (in one pass: give it a consistent copy, such as
 /// `Ring::snapshot` makes) or a trace file.
 pub fn parse(bytes: &[u8]) -> Result<Trace, FormatError> {
-    let header = header(bytes)?;
-    let counters = counters(bytes, &header)?;
-    let probes = table(bytes, counters.table_used)?;
-    // header() checked that the slots are in `bytes`.
-    let ring_offset = header.ring_offset as usize;
-    let area = &bytes[ring_offset..ring_offset + (header.slot_count * SLOT_SIZE) as usize];
-    let slots = Slots {
-        area,
-        slot_count: header.slot_count,
-        head: counters.head,
-        ring_offset: header.ring_offset,
-        probes: &probes,
-        max_string: header.max_string,
-    };
-    let records = slots.records()?;
-    if records.len() as u64 > counters.records {
-        return Err(FormatError::invalid(
-            "header field records",
-            offset::RECORDS as u64,
-            format!("at least the {} records the file holds", records.len()),
-            counters.records,
-        ));
-    }
-    Ok(Trace {
-        header,
-        counters,
-        probes,
-        records,
+    scan::read(bytes, Pass::Once).map_err(|err| match err {
+        ReadError::Format(err) => err,
+        // header() checked every size against the length of `bytes`.
+        ReadError::Io(err) => FormatError::file(format!("cannot be read: {err}")),
     })
 }
 
-fn header(bytes: &[u8]) -> Result<Header, FormatError> {
+/// The header of a file of `file_len` bytes whose first bytes (its
+/// header's 4096, or all it has) are `bytes`.
+pub(super) fn header(bytes: &[u8], file_len: u64) -> Result<Header, FormatError> {
     if bytes.len() < MAGIC.len() || bytes[..MAGIC.len()] != MAGIC {
         let found = &bytes[..bytes.len().min(MAGIC.len())];
         return Err(FormatError::file(format!(
@@ -206,10 +185,9 @@ fn header(bytes: &[u8]) -> Result<Header, FormatError> {
             ));
         }
     }
-    if (bytes.len() as u64) < HEADER_SIZE {
+    if file_len < HEADER_SIZE || (bytes.len() as u64) < HEADER_SIZE {
         return Err(FormatError::file(format!(
-            "truncated: it has {} bytes, less than its {HEADER_SIZE}-byte header",
-            bytes.len()
+            "truncated: it has {file_len} bytes, less than its {HEADER_SIZE}-byte header"
         )));
     }
     let field = |name: &str, at: usize, expected: &dyn fmt::Display, found: &dyn fmt::Display| {
@@ -303,17 +281,16 @@ fn header(bytes: &[u8]) -> Result<Header, FormatError> {
     }
     let slots_end =
         u128::from(header.ring_offset) + u128::from(header.slot_count) * u128::from(SLOT_SIZE);
-    if slots_end > bytes.len() as u128 {
+    if slots_end > u128::from(file_len) {
         return Err(FormatError::file(format!(
-            "truncated: its {} slots end at byte {slots_end}, the file has {} bytes",
-            header.slot_count,
-            bytes.len()
+            "truncated: its {} slots end at byte {slots_end}, the file has {file_len} bytes",
+            header.slot_count
         )));
     }
     Ok(header)
 }
 
-fn counters(bytes: &[u8], header: &Header) -> Result<Counters, FormatError> {
+pub(super) fn counters(bytes: &[u8], header: &Header) -> Result<Counters, FormatError> {
     let counters = Counters {
         head: u64_at(bytes, offset::HEAD),
         records: u64_at(bytes, offset::RECORDS),
@@ -336,11 +313,11 @@ fn counters(bytes: &[u8], header: &Header) -> Result<Counters, FormatError> {
     Ok(counters)
 }
 
-/// The entries up to `table_used`, which header() and counters() put
-/// within the file.
-fn table(bytes: &[u8], table_used: u32) -> Result<Vec<ProbeEntry>, FormatError> {
+/// The entries of `table`, the `table_used` bytes from `table_offset`
+/// (which header() and counters() put within the file).
+pub(super) fn table(table: &[u8]) -> Result<Vec<ProbeEntry>, FormatError> {
     let start = TABLE_OFFSET as usize;
-    let table = &bytes[start..start + table_used as usize];
+    let table_used = table.len();
     let mut probes = Vec::new();
     let mut at = 0;
     while at < table.len() {
@@ -378,10 +355,17 @@ fn table(bytes: &[u8], table_used: u32) -> Result<Vec<ProbeEntry>, FormatError> 
 /// walks them: from the oldest position (head's), each first slot's record
 /// taken if its later slots hold it, and every stamp checked.
 pub(super) struct Slots<'a> {
-    /// `slot_count` slots of 32 bytes.
+    /// Slots of 32 bytes from position `window` on (wrapping past the last
+    /// position to the first): every slot of the ring, or a window of them
+    /// (see `scan`). A slot outside reads as never written.
     pub(super) area: &'a [u8],
+    pub(super) window: u64,
     pub(super) slot_count: u64,
     pub(super) head: u64,
+    /// `head` was read before the slots, from a live ring (the cut): a
+    /// record of a later sequence number was written after it, and is
+    /// passed over rather than refused.
+    pub(super) cut: bool,
     /// For messages: where `area` is in the file.
     pub(super) ring_offset: u64,
     pub(super) probes: &'a [ProbeEntry],
@@ -405,16 +389,26 @@ enum Step {
 }
 
 impl Slots<'_> {
-    fn stamp(&self, position: u64) -> u64 {
-        u64_at(self.area, (position * SLOT_SIZE) as usize)
+    /// Where the slot at `position` is in `area`, if it is there.
+    fn at(&self, position: u64) -> Option<usize> {
+        // Both below slot_count: no overflow.
+        let start = ((position + self.slot_count - self.window) % self.slot_count) * SLOT_SIZE;
+        let start = usize::try_from(start).ok()?;
+        (start + SLOT_SIZE as usize <= self.area.len()).then_some(start)
     }
 
+    fn stamp(&self, position: u64) -> u64 {
+        self.at(position)
+            .map_or(0, |start| u64_at(self.area, start))
+    }
+
+    /// A word of a slot whose stamp was read: in the area.
     fn word(&self, position: u64, word: usize) -> u64 {
-        u64_at(self.area, (position * SLOT_SIZE) as usize + 8 * word)
+        u64_at(self.slot_bytes(position), 8 * word)
     }
 
     fn slot_bytes(&self, position: u64) -> &[u8] {
-        let start = (position * SLOT_SIZE) as usize;
+        let start = self.at(position).unwrap_or(self.area.len());
         &self.area[start..start + SLOT_SIZE as usize]
     }
 
@@ -428,12 +422,20 @@ impl Slots<'_> {
         self.ring_offset + position * SLOT_SIZE
     }
 
-    /// Every valid record, in sequence order; the first invalid one's error.
-    pub(super) fn records(&self) -> Result<Vec<Record>, FormatError> {
+    /// The valid records whose first slot's index (0 for the oldest slot,
+    /// the one after head's) is from `from` to before `to`, in index order,
+    /// and the index after the last slot looked at (`to`, or past it when a
+    /// record runs on); the first invalid one's error. Every slot of such
+    /// a record must be in the area.
+    pub(super) fn records_between(
+        &self,
+        from: u64,
+        to: u64,
+    ) -> Result<(Vec<Record>, u64), FormatError> {
         let mut records = Vec::new();
         let mut payload = Vec::new();
-        let mut index = 0;
-        while index < self.slot_count {
+        let mut index = from;
+        while index < to {
             let mut args = Vec::new();
             match self.step(index, &mut payload, Some(&mut args)) {
                 Step::Skip => index += 1,
@@ -453,10 +455,7 @@ impl Slots<'_> {
                 }
             }
         }
-        // Out of order only if a record was written a lap late, over a
-        // newer one's slot.
-        records.sort_by_key(|record| record.seq);
-        Ok(records)
+        Ok((records, index))
     }
 
     /// Which positions hold a slot of a valid record: what a snapshot keeps.
@@ -490,6 +489,12 @@ impl Slots<'_> {
                     format!("0, a first slot's stamp (bit 15 set) or a later slot's (index 1 to {INDEX_MASK})"),
                     "index 0 with bit 15 clear",
                 ))
+            }
+            Stamp::First { seq, .. } | Stamp::Later { seq, .. }
+                if self.cut && format::widen(seq, self.head) >= self.head =>
+            {
+                // Written after the cut: neither read nor lost.
+                return Step::Skip;
             }
             Stamp::Later { seq, .. } => {
                 return match self.sequence(position, stamp, seq) {

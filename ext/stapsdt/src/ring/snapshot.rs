@@ -66,8 +66,11 @@ impl Ring {
 
         let kept = Slots {
             area: &area,
+            window: 0,
             slot_count: span,
             head,
+            // Written after the cut, a record is not the snapshot's.
+            cut: true,
             ring_offset: 0,
             probes: &probes,
             max_string: MAX_STRING,

@@ -648,3 +648,70 @@ fn create_refuses_memory_that_is_not_8_aligned() {
     // checks before it writes anything.
     let _ = unsafe { Ring::create(base.wrapping_add(4), &config) };
 }
+
+#[test]
+fn a_ring_larger_than_a_window_reads_whole_records_across_windows() {
+    // 2^16 slots: four windows of 2^14, records of 1 to 3 slots crossing
+    // their bounds, the ring wrapped more than once.
+    let config = config(1 << 16, true);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let int = ring
+        .add_probe("app", "int", &[ArgType::Int64], None, None)
+        .unwrap();
+    let text = ring
+        .add_probe("app", "text", &[ArgType::String], None, None)
+        .unwrap();
+    let mut written = Vec::new();
+    for value in 0..100_000_i64 {
+        let string = vec![b'a' + (value % 26) as u8; (value % 50) as usize];
+        if value % 3 == 0 {
+            assert!(ring.record_integer(int, value as u64, 1, value));
+            written.push(vec![Value::Int(value)]);
+        } else {
+            assert!(ring.record(text, value as u64, 1, &[Arg::Str(&string)]));
+            written.push(vec![Value::Str(string)]);
+        }
+    }
+    let live = parse(&memory.bytes()).unwrap();
+    let snapshot = snapshot(&ring);
+    for trace in [&live, &snapshot] {
+        let read: Vec<_> = trace
+            .records
+            .iter()
+            .map(|record| record.args.clone())
+            .collect();
+        // The newest records, one after another, to the last written.
+        assert!(read.len() > 30_000, "{} records", read.len());
+        assert_eq!(read[..], written[written.len() - read.len()..]);
+        let slots: u64 = trace.records.iter().map(|record| record.slots).sum();
+        assert!(slots > (1 << 16) - 3, "{slots} slots held");
+    }
+    drop(ring);
+}
+
+#[test]
+fn a_live_ring_read_at_a_cut_leaves_later_records_out_and_counts_none_lost() {
+    let config = config(1 << 10, false);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let int = ring
+        .add_probe("app", "int", &[ArgType::Int64], None, None)
+        .unwrap();
+    for value in 0..10 {
+        assert!(ring.record_integer(int, 0, 1, value));
+    }
+    let mut bytes = memory.bytes();
+    // Read at a cut of 6 slots: what was written after it is not the
+    // reader's, and not lost either.
+    let head = offset::HEAD;
+    bytes[head..head + 8].copy_from_slice(&6u64.to_le_bytes());
+    let records = offset::RECORDS;
+    bytes[records..records + 8].copy_from_slice(&6u64.to_le_bytes());
+    let trace = scan::read(&bytes[..], scan::Pass::Live).unwrap();
+    assert_eq!(seqs(&trace), [0, 1, 2, 3, 4, 5]);
+    assert_eq!(trace.lost(), 0);
+    // Read once, as a consistent copy, the same bytes break the format.
+    assert!(parse(&bytes).is_err());
+    drop(ring);
+}
