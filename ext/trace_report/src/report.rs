@@ -1,0 +1,245 @@
+//! Reports of trace files, as `static-tracing report` makes them: text
+//! (what was read, then per probe its calls, latency percentiles and
+//! histogram), Chrome trace-event JSON, and folded stacks for
+//! flamegraph.pl. Each is one report of all the files given, byte for byte
+//! what the command's Ruby reports wrote before they moved here, so that
+//! scripts reading them see no change.
+
+mod chrome;
+mod durations;
+mod folded;
+mod histogram;
+mod printf;
+mod probe_calls;
+mod text;
+
+#[cfg(test)]
+mod testing;
+
+use crate::Trace;
+use std::fmt;
+use std::io::{self, BufWriter, Write};
+use std::str::FromStr;
+
+/// Reports can be millions of lines: they reach the destination in pieces
+/// this large, not line by line.
+const OUTPUT_BUFFER: usize = 1 << 20;
+
+/// A report's format, as `--format` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Chrome,
+    Folded,
+}
+
+impl Format {
+    /// The names `--format` takes, the default first.
+    pub const NAMES: [&'static str; 3] = ["text", "chrome", "folded"];
+
+    pub fn named(name: &str) -> Option<Format> {
+        match name {
+            "text" => Some(Format::Text),
+            "chrome" => Some(Format::Chrome),
+            "folded" => Some(Format::Folded),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Text => "text",
+            Format::Chrome => "chrome",
+            Format::Folded => "folded",
+        }
+    }
+}
+
+/// A name that is none of [`Format::NAMES`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownFormat(pub String);
+
+impl fmt::Display for UnknownFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown report format {:?}: one of {}",
+            self.0,
+            Format::NAMES.join(", ")
+        )
+    }
+}
+
+impl std::error::Error for UnknownFormat {}
+
+impl FromStr for Format {
+    type Err = UnknownFormat;
+
+    fn from_str(name: &str) -> Result<Format, UnknownFormat> {
+        Format::named(name).ok_or_else(|| UnknownFormat(name.to_owned()))
+    }
+}
+
+/// Why a report was not made, or not all written.
+#[derive(Debug)]
+pub enum ReportError {
+    /// The files hold nothing this format can show (folded stacks of files
+    /// without a stack probe): the message says what they hold instead.
+    Refused(String),
+    /// Writing the report failed.
+    Io(io::Error),
+}
+
+impl fmt::Display for ReportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReportError::Refused(message) => f.write_str(message),
+            ReportError::Io(err) => err.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for ReportError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ReportError::Refused(_) => None,
+            ReportError::Io(err) => Some(err),
+        }
+    }
+}
+
+impl From<io::Error> for ReportError {
+    fn from(err: io::Error) -> ReportError {
+        ReportError::Io(err)
+    }
+}
+
+/// Refuses `traces` if `format` can make nothing of them. The command asks
+/// before it opens its output, so that a refused report leaves an existing
+/// output file as it was.
+pub fn check(traces: &[Trace], format: Format) -> Result<(), ReportError> {
+    match format {
+        Format::Text | Format::Chrome => Ok(()),
+        Format::Folded => folded::check(traces).map_err(ReportError::Refused),
+    }
+}
+
+/// Writes the report of `traces` in `format` to `out`, refusing it as
+/// [`check`] does.
+pub fn write(traces: &[Trace], format: Format, out: &mut dyn Write) -> Result<(), ReportError> {
+    check(traces, format)?;
+    let mut out = BufWriter::with_capacity(OUTPUT_BUFFER, out);
+    match format {
+        Format::Text => text::write(traces, &mut out)?,
+        Format::Chrome => chrome::write(traces, &mut out)?,
+        Format::Folded => folded::write(traces, &mut out)?,
+    }
+    out.flush()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{calls, index_probe, trace};
+    use super::*;
+
+    /// The reports of a million records, timed: run it in release, with
+    /// `cargo test --release -p trace_report -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a timing, for release builds"]
+    fn a_million_records() {
+        use super::testing::{record, standard_probes};
+        use stapsdt::ring::Value;
+        let records = (0..1_000_000u64)
+            .map(|number| match number % 10 {
+                0 => record(
+                    1,
+                    vec![
+                        Value::Str(b"GET /".to_vec()),
+                        Value::Int(1),
+                        Value::Float(0.5),
+                    ],
+                    number * 100,
+                    7,
+                ),
+                1 => record(
+                    2,
+                    vec![Value::Str(
+                        format!("main;work;f{}", number % 7).into_bytes(),
+                    )],
+                    number * 100,
+                    7,
+                ),
+                _ => record(
+                    0,
+                    vec![Value::Int((number * 7919 % 5_000_000) as i64)],
+                    number * 100,
+                    7,
+                ),
+            })
+            .collect();
+        let traces = [trace("a.trace", standard_probes(), records)];
+        for format in [Format::Text, Format::Chrome, Format::Folded] {
+            let mut out = io::sink();
+            let started = std::time::Instant::now();
+            write(&traces, format, &mut out).unwrap();
+            eprintln!("{}: {:?}", format.name(), started.elapsed());
+        }
+    }
+
+    #[test]
+    fn formats_are_known_by_their_names() {
+        for name in Format::NAMES {
+            let format: Format = name.parse().unwrap();
+            assert_eq!(format.name(), name);
+        }
+        assert_eq!(Format::named("svg"), None);
+        assert_eq!(
+            "svg".parse::<Format>().unwrap_err().to_string(),
+            "unknown report format \"svg\": one of text, chrome, folded"
+        );
+    }
+
+    #[test]
+    fn a_refused_report_writes_nothing() {
+        let traces = [trace("a.trace", vec![index_probe(0)], calls(&[1]))];
+        let mut out = Vec::new();
+        let err = write(&traces, Format::Folded, &mut out).unwrap_err();
+        assert!(matches!(err, ReportError::Refused(_)));
+        assert!(out.is_empty());
+        assert!(check(&traces, Format::Text).is_ok());
+        assert!(check(&traces, Format::Chrome).is_ok());
+    }
+
+    /// A destination that takes `room` bytes and then fails.
+    struct Full {
+        room: usize,
+    }
+
+    impl Write for Full {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            if self.room == 0 {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            let taken = bytes.len().min(self.room);
+            self.room -= taken;
+            Ok(taken)
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_destination_that_fails_is_an_io_error() {
+        let traces = [trace("a.trace", vec![index_probe(0)], calls(&[1; 100]))];
+        for format in [Format::Text, Format::Chrome] {
+            let err = write(&traces, format, &mut Full { room: 10 }).unwrap_err();
+            match err {
+                ReportError::Io(err) => assert_eq!(err.raw_os_error(), Some(libc::ENOSPC)),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+}
