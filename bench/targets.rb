@@ -4,8 +4,9 @@ module Bench
   # The performance bar, next to what this run measured: information for
   # the reader, not a pass/fail gate. Every value comes from a row of
   # another table of the same run; a target whose rows are missing (group
-  # not selected, bpftrace unavailable) says so.
-  class Targets < Group
+  # not selected, bpftrace unavailable) says so. Each target adds a few
+  # lines: the bar, not the logic, makes the class long.
+  class Targets < Group # rubocop:disable Metrics/ClassLength
     SHAPES = %w[m0 m2 mk].freeze
     # Plain method and disarmed wrapper: equal within this.
     DISARMED = 1.02
@@ -44,6 +45,10 @@ module Bench
     }.freeze
     # `static-tracing report` reading a million one-Integer records.
     REPORT_MILLION_S = 2.0
+    # The longest a thread calling a recorded method waits, in the worst
+    # round, while a large ring starts or is snapshotted, for anything but
+    # a CPU (the machine's other work makes those waits, not the recorder).
+    STALL_MS = 10.0
     # While nothing records, a path's cost against its twin's once a
     # recording that recorded it has stopped, over that before the first:
     # unchanged within this (the noise of two phases that cannot share rounds).
@@ -104,7 +109,7 @@ module Bench
                              "<= #{BOOT_1000_MS.to_i} ms") { boot },
          target("attach.wrap", "attach mode, #{Attach::CALLERS} threads calling: (un)wrapped after a semaphore " \
                                "change <= attach_delay (median)") { wrap }] +
-        recorder_rows + block_rows
+        recorder_rows + stall_rows + block_rows
     end
 
     # Block probes against a method that yields the same block.
@@ -244,6 +249,23 @@ module Bench
       inputs = { attached_ns: value(:recorder, "latency_tracer.attached", :ns_per_call),
                  recorded_ns: value(:recorder, "latency_tracer.recorded", :ns_per_call) }
       [value(:recorder, "latency_tracer.recorded", :ratio), RECORDED_OVER_ATTACHED, "x the attached call", inputs]
+    end
+
+    # A thread calling a recorded method while a large ring starts or is
+    # snapshotted (bench/recorder_stall.rb), beside its stall with nothing
+    # else going on.
+    def stall_rows
+      RecorderStall::TARGETS.merge(RecorderStall::INFORMATION).map do |step, name|
+        limit = STALL_MS if RecorderStall::TARGETS.key?(step)
+        target("recorder.stall.#{step}", "#{name}: a thread calling a recorded method stalls " \
+                                         "#{limit ? "< #{limit.to_i} ms" : "(information)"}, its waits for a CPU " \
+                                         "left out (longest round)") do
+          row = "stall.#{step}"
+          [value(:recorder_stall, row, :max_not_cpu_ms), limit, "ms",
+           { longest_stall_ms: value(:recorder_stall, row, :max_gap_ms), step_ms: value(:recorder_stall, row, :step_ms),
+             baseline_longest_stall_ms: value(:recorder_stall, "stall.baseline", :max_gap_ms) }]
+        end
+      end
     end
 
     # Records wrong in any way: missing or extra against the calls made,
