@@ -286,15 +286,15 @@ RSpec.describe StaticTracing::CLI::TraceFile do
 
     # A small valid ring: probe 0 app:number(Integer), its entry at 4096;
     # probe 1 app:text(String), its entry at 4128; records 1 (slot 0),
-    # "hello" (slot 1) and 3 (slot 2); the slots from 8192.
-    def ring
-      RingImage.new(slot_count: 8).tap do |ring|
+    # "hello" (slot 1) and 3 (slot 2); the slots from 8192. With
+    # +complete+, a trace file of the same bytes but its flags.
+    def ring(complete: false)
+      RingImage.new(slot_count: 8, complete:).tap do |ring|
         number = ring.add_probe("app", "number", [:Integer], latency_arg: 0)
         text = ring.add_probe("app", "text", [:String], stack_arg: 0)
         ring.append(number, [1])
         ring.append(text, ["hello"])
         ring.append(number, [3])
-        yield ring if block_given?
       end
     end
 
@@ -305,12 +305,10 @@ RSpec.describe StaticTracing::CLI::TraceFile do
       e.message
     end
 
-    def expect_refused(bytes, message)
-      expect(refusal(bytes)).to start_with("#{File.join(dir, "given.trace")}: ").and include(message)
-    end
-
     it "is read when nothing is wrong with it: the cases below break it one way each" do
-      expect(read_bytes(ring.bytes).records.map(&:args)).to eq([[1], ["hello"], [3]])
+      [false, true].each do |complete|
+        expect(read_bytes(ring(complete:).bytes).records.map(&:args)).to eq([[1], ["hello"], [3]])
+      end
     end
 
     it "is refused when truncated anywhere: in the header, the probe table or the slots" do
@@ -318,259 +316,62 @@ RSpec.describe StaticTracing::CLI::TraceFile do
       [0, 4, 7, 8, 12, 100, 4095, 4096, 4100, 4150, 8191, 8192, 8200, 8447].each do |length|
         expect(refusal(bytes.byteslice(0, length))).to include("truncated"), "cut at #{length} bytes"
       end
-      expect_refused(bytes.byteslice(0, 100), "truncated: it has 100 bytes, less than its 4096-byte header")
-      expect_refused(bytes.byteslice(0, 8200), "truncated: its 8 slots end at byte 8448, the file has 8200 bytes")
       (0...trace_bytes.bytesize).step(7).each do |length|
         expect(refusal(trace_bytes.byteslice(0, length))).to include("truncated"), "trace file cut at #{length} bytes"
       end
     end
 
-    # An example that breaks the ring one way (the block) and expects a
-    # FormatError whose message names the file, then says +message+.
-    def self.refuses(broken, message, &mutation)
-      it "is refused with a FormatError naming what is wrong: #{broken}" do
-        expect_refused(ring { |image| mutation.call(image) }.bytes, message)
+    # The hostile corpus, which the reader's Rust tests read too: each case
+    # a base file, the edits that break it, and the message it is refused
+    # with (the file says how it is laid out). Here the base is RingImage's.
+    def self.hostile_corpus
+      path = File.expand_path("../../ext/stapsdt/tests/hostile/corpus.txt", __dir__)
+      File.read(path).split("\n\n").filter_map do |paragraph|
+        lines = paragraph.lines(chomp: true).reject { |line| line.empty? || line.start_with?("#") }
+        hostile_case(lines) unless lines.empty?
       end
     end
 
-    refuses "another file's magic",
-            'not a static_tracing ring or trace file: magic (offset 0): expected "STATRACE", found "XTATRACE"' do |r|
-      r[:magic] = "XTATRACE"
+    # A case's "key: value" lines as { case:, base:, edits: [...], refused: }.
+    def self.hostile_case(lines)
+      lines.each_with_object({ edits: [] }) do |line, fields|
+        key, value = line.split(": ", 2)
+        next fields[:edits] << value if key == "edit"
+        raise ArgumentError, "corpus line of an unknown key: #{line}" unless %w[case base refused].include?(key)
+
+        fields[key.to_sym] = value
+      end
     end
-    refuses "another version",
-            "format version (offset 8): expected 1 (the version this static-tracing reads), found 2" do |r|
-      r[:version] = 2
+
+    # One edit of the corpus to +bytes+: "u8|u16|u32|u64 OFFSET VALUE",
+    # "bytes OFFSET HEX" or "cut LENGTH".
+    def apply_edit(bytes, edit)
+      kind, *words = edit.split
+      case kind
+      when "cut" then bytes.slice!(Integer(words[0])..)
+      when "bytes" then bytes[Integer(words[0]), words[1].size / 2] = [words[1]].pack("H*")
+      else
+        width = { "u8" => 1, "u16" => 2, "u32" => 4, "u64" => 8 }.fetch(kind)
+        value = Integer(words[1])
+        raise ArgumentError, "#{value} does not fit in #{edit}" unless value < 2**(8 * width)
+
+        bytes[Integer(words[0]), width] = [value].pack({ 1 => "C", 2 => "S<", 4 => "L<", 8 => "Q<" }.fetch(width))
+      end
     end
-    refuses "another header size", "header field header_size (offset 12): expected 4096, found 4097" do |r|
-      r[:header_size] = 4097
-    end
-    refuses "a table elsewhere", "header field table_offset (offset 16): expected 4096, found 0" do |r|
-      r[:table_offset] = 0
-    end
-    refuses "a table_capacity not a multiple of 8",
-            "header field table_capacity (offset 24): expected a multiple of 8, found 7" do |r|
-      r[:table_capacity] = 7
-    end
-    refuses "an absurd table_capacity",
-            "header field ring_offset (offset 32): expected table_offset + table_capacity = 9223372036854779904, " \
-            "found 8192" do |r|
-      r[:table_capacity] = 2**63
-    end
-    refuses "an absurd table_capacity, the slots after it",
-            "truncated: its 8 slots end at byte 9223372036854780160, the file has 8448 bytes" do |r|
-      r[:table_capacity] = 2**63
-      r[:ring_offset] = (2**63) + 4096
-    end
-    refuses "slots not where the table ends",
-            "header field ring_offset (offset 32): expected table_offset + table_capacity = 8192, found 4097" do |r|
-      r[:ring_offset] = 4097
-    end
-    refuses "a ring's slots not on a page",
-            "header field ring_offset (offset 32): expected a multiple of 4096 in a ring file, found 4104" do |r|
-      r[:table_capacity] = 8
-      r[:ring_offset] = 4104
-    end
-    refuses "a ring of 12 slots",
-            "header field slot_count (offset 40): expected a power of two in a ring file, found 12" do |r|
-      r[:slot_count] = 12
-    end
-    refuses "a ring of no slots",
-            "header field slot_count (offset 40): expected a power of two in a ring file, found 0" do |r|
-      r[:slot_count] = 0
-    end
-    refuses "an absurd slot_count",
-            "truncated: its 1152921504606846976 slots end at byte 36893488147419111424, the file has 8448 bytes" do |r|
-      r[:slot_count] = 2**60
-    end
-    refuses "the largest slot_count",
-            "header field slot_count (offset 40): expected a power of two in a ring file, " \
-            "found 18446744073709551615" do |r|
-      r[:slot_count] = (2**64) - 1
-    end
-    refuses "another slot size", "header field slot_size (offset 48): expected 32, found 64" do |r|
-      r[:slot_size] = 64
-    end
-    refuses "an unknown flag",
-            "header field flags (offset 52): expected no bits but 0 (overwrite) and 1 (complete), found 0x4" do |r|
-      r[:flags] = 4
-    end
-    refuses "every flag",
-            "header field flags (offset 52): expected no bits but 0 (overwrite) and 1 (complete), " \
-            "found 0xffffffff" do |r|
-      r[:flags] = 0xffffffff
-    end
-    refuses "a reserved field set", "header field reserved (offset 92): expected 0, found 1" do |r|
-      r[:reserved] = 1
-    end
-    refuses "a table_used not a multiple of 8",
-            "header field table_used (offset 384): expected a multiple of 8 at most table_capacity (4096), " \
-            "found 12" do |r|
-      r[:table_used] = 12
-    end
-    refuses "a table_used past table_capacity",
-            "header field table_used (offset 384): expected a multiple of 8 at most table_capacity (4096), " \
-            "found 8192" do |r|
-      r[:table_used] = 8192
-    end
-    refuses "a table_used within an entry",
-            "probe table entry 0 entry (offset 4096): expected a 16-byte entry header before table_used (8), " \
-            "found 8 bytes" do |r|
-      r[:table_used] = 8
-    end
-    refuses "a head below a record it holds",
-            "stamp of slot 2 (0x28001) (offset 8256): expected a sequence number below head (2), found 2" do |r|
-      r[:head] = 2
-    end
-    refuses "an absurd head",
-            "stamp of slot 0 (0x8001) (offset 8192): expected a sequence number below head (1125899906842624), " \
-            "found 1125899906842624" do |r|
-      r[:head] = 2**50
-    end
-    refuses "fewer records counted than it holds",
-            "header field records (offset 192): expected at least the 3 records the file holds, found 1" do |r|
-      r[:records] = 1
-    end
-    refuses "an entry_size of 0",
-            "probe table entry 0 entry_size (offset 4096): expected at least 25 (header and names), found 0" do |r|
-      r.bytes[4096, 2] = [0].pack("S<")
-    end
-    refuses "an entry_size not a multiple of 8",
-            "probe table entry 0 entry_size (offset 4096): expected a multiple of 8, found 36" do |r|
-      r.bytes[4096, 2] = [36].pack("S<")
-    end
-    refuses "an entry_size past table_used",
-            "probe table entry 0 entry_size (offset 4096): expected at most the 56 bytes left before table_used " \
-            "(56), found 4096" do |r|
-      r.bytes[4096, 2] = [4096].pack("S<")
-    end
-    refuses "7 arguments", "probe table entry 0 arg_count (offset 4098): expected 0 to 6, found 7" do |r|
-      r.bytes.setbyte(4098, 7)
-    end
-    refuses "an empty provider name",
-            "probe table entry 0 provider_len (offset 4099): expected 1 to 128, found 0" do |r|
-      r.bytes.setbyte(4099, 0)
-    end
-    refuses "a provider name of 129 bytes",
-            "probe table entry 0 provider_len (offset 4099): expected 1 to 128, found 129" do |r|
-      r.bytes.setbyte(4099, 129)
-    end
-    refuses "a probe name of 200 bytes",
-            "probe table entry 0 probe_len (offset 4100): expected 1 to 128, found 200" do |r|
-      r.bytes.setbyte(4100, 200)
-    end
-    refuses "names longer than their entry",
-            "probe table entry 0 entry_size (offset 4096): expected at least 119 (header and names), found 32" do |r|
-      r.bytes.setbyte(4100, 100)
-    end
-    refuses "a provider name starting with a digit",
-            "probe table entry 0 provider name (offset 4112): expected letters, digits and underscores, not " \
-            'starting with a digit, found "9pp"' do |r|
-      r.bytes.setbyte(4112, "9".ord)
-    end
-    refuses "a probe name with a dash",
-            "probe table entry 0 probe name (offset 4115): expected letters, digits and underscores, not " \
-            'starting with a digit, found "n-mber"' do |r|
-      r.bytes.setbyte(4116, "-".ord)
-    end
-    refuses "an unknown type",
-            "probe table entry 0 types[0] (offset 4104): expected 1 (Integer), 2 (Float) or 3 (String), found 4" do |r|
-      r.bytes.setbyte(4104, 4)
-    end
-    refuses "a type past arg_count",
-            "probe table entry 0 types[1] (offset 4105): expected 0 (past arg_count 1), found 1" do |r|
-      r.bytes.setbyte(4105, 1)
-    end
-    refuses "a type missing",
-            "probe table entry 0 types[1] (offset 4105): expected 1 (Integer), 2 (Float) or 3 (String), found 0" do |r|
-      r.bytes.setbyte(4098, 2)
-    end
-    refuses "a latency_arg past the arguments",
-            "probe table entry 0 latency_arg (offset 4101): expected 255 (none) or the index of an Integer " \
-            "argument (types: Integer), found 6" do |r|
-      r.bytes.setbyte(4101, 6)
-    end
-    refuses "a latency_arg on a String",
-            "probe table entry 1 latency_arg (offset 4133): expected 255 (none) or the index of an Integer " \
-            "argument (types: String), found 0" do |r|
-      r.bytes.setbyte(4133, 0)
-    end
-    refuses "a stack_arg on an Integer",
-            "probe table entry 0 stack_arg (offset 4102): expected 255 (none) or the index of a String argument " \
-            "(types: Integer), found 0" do |r|
-      r.bytes.setbyte(4102, 0)
-    end
-    refuses "an entry's reserved byte set",
-            "probe table entry 0 reserved byte (offset 4103): expected 0, found 1" do |r|
-      r.bytes.setbyte(4103, 1)
-    end
-    refuses "an entry's reserved bytes set",
-            "probe table entry 0 reserved bytes (offset 4110): expected 0, found 1" do |r|
-      r.bytes.setbyte(4110, 1)
-    end
-    refuses "bytes after the names",
-            "probe table entry 0 padding (offset 4121): expected zero bytes after the names, up to entry_size (32), " \
-            "found 00000100000000" do |r|
-      r.bytes.setbyte(4123, 1)
-    end
-    refuses "a stamp not congruent to its position",
-            "stamp of slot 0 (0x18001) (offset 8192): expected a sequence number congruent to its position 0 " \
-            "modulo slot_count (8), found 1" do |r|
-      r.set_stamp(0, (1 << 16) | 0x8001)
-    end
-    refuses "a stamp beyond head",
-            "stamp of slot 4 (0xc8001) (offset 8320): expected a sequence number below head (3), found 12" do |r|
-      r.set_stamp(4, (12 << 16) | 0x8001)
-    end
-    refuses "a record of no slots",
-            "stamp of slot 0 (0x8000) (offset 8192): expected a first slot's count of slots from 1 to 32767, " \
-            "found 0" do |r|
-      r.set_stamp(0, 0x8000)
-    end
-    refuses "a record of more slots than the ring",
-            "stamp of slot 0 (0x8009) (offset 8192): expected a record of at most slot_count (8) slots, " \
-            "found 9 slots" do |r|
-      r.set_stamp(0, 0x8009)
-    end
-    refuses "a record ending past head",
-            "stamp of slot 2 (0x28002) (offset 8256): expected a record that ends by head (3), " \
-            "found 2 slots from 2" do |r|
-      r.set_stamp(2, (2 << 16) | 0x8002)
-    end
-    refuses "a later slot's stamp of index 0",
-            "stamp of slot 5 (0x50000) (offset 8352): expected 0, a first slot's stamp (bit 15 set) or a later " \
-            "slot's (index 1 to 32767), found index 0 with bit 15 clear" do |r|
-      r.set_stamp(5, 5 << 16)
-    end
-    refuses "an unknown probe id",
-            "record 0 in slot 0: probe id (offset 8192): expected below 2 (the probe table's entries), found 9" do |r|
-      r.bytes[8192 + 16, 4] = [9].pack("L<")
-    end
-    refuses "a String longer than max_string",
-            "record 1 in slot 1: argument 0 (String) length (offset 8224): expected at most max_string (1024), " \
-            "found 2000" do |r|
-      r.bytes[8224 + 24, 2] = [2000].pack("S<")
-    end
-    refuses "a String longer than a smaller max_string, by the file's own",
-            "record 1 in slot 1: argument 0 (String) length (offset 8224): expected at most max_string (3), " \
-            "found 5" do |r|
-      r[:max_string] = 3
-    end
-    refuses "a String running past its slots",
-            "record 1 in slot 1: argument 0 of probe app:text(String) (offset 8224): expected to end within the 8 " \
-            "payload bytes of its 1 slot, found it ends at byte 42" do |r|
-      r.bytes[8224 + 24, 2] = [40].pack("S<")
-    end
-    refuses "a payload not zero-padded",
-            "record 1 in slot 1: padding for probe app:text(String) (offset 8224): expected zero bytes after its 4 " \
-            "bytes of arguments, found 6c6c6f00" do |r|
-      r.bytes[8224 + 24, 2] = [2].pack("S<")
-    end
-    refuses "a record of more slots than its payload needs",
-            "record 3 in slot 3: slot count for probe app:number(Integer) (offset 8288): expected 1 (its " \
-            "arguments take 8 bytes), found 2" do |r|
-      r[:head] = 5
-      r.set_stamp(3, (3 << 16) | 0x8002)
-      r.set_stamp(4, (4 << 16) | 1)
+
+    # A live ring on its first lap is read only up to head: its later
+    # slots were never written, and what reading costs follows the records
+    # present. So the cases whose fault lies past head (a stamp planted
+    # there, a head set below a record) break a trace file (base "trace"),
+    # whose every slot is read.
+    hostile_corpus.each do |fields|
+      it "is refused with a FormatError naming what is wrong: #{fields.fetch(:case)}" do
+        bytes = ring(complete: { "ring" => false, "trace" => true }.fetch(fields.fetch(:base))).bytes
+        fields.fetch(:edits).each { |edit| apply_edit(bytes, edit) }
+        expected = "#{File.join(dir, "given.trace")}: #{fields.fetch(:refused)}"
+        actual = refusal(bytes)
+        expect(actual).to eq(expected), "expected: #{expected}\n     got: #{actual || "no FormatError"}"
+      end
     end
 
     it "is refused when it is not a regular file, with a CLI::Error and nothing read" do

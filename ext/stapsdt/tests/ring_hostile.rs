@@ -3,7 +3,8 @@
 //! random mutations of valid files. Each gives an error that says what is
 //! wrong and where, never a panic; and what parse allocates follows the
 //! input's length, never a size the file claims (a counting allocator
-//! watches).
+//! watches). The hostile corpus (hostile/corpus.txt), which the command's
+//! specs hold the reader to as well, gives each case's exact message.
 //!
 //! `PROPTEST_CASES=n` runs more mutations (under Miri, pass it through with
 //! `MIRIFLAGS=-Zmiri-env-forward=PROPTEST_CASES`).
@@ -15,8 +16,9 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest_setup::config as proptest_config;
 use ring_support::{config, HeapRing};
-use stapsdt::ring::format::{first_stamp, later_stamp, offset};
-use stapsdt::ring::{parse, Arg, FormatError, Trace};
+use stapsdt::ring::format::{first_stamp, later_stamp, offset, COMPLETE};
+use stapsdt::ring::scan::{self, Pass};
+use stapsdt::ring::{parse, Arg, FormatError, Trace, Value};
 use stapsdt::ArgType;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -25,6 +27,13 @@ use std::cell::Cell;
 const MUTATION_CASES: u32 = 2000;
 #[cfg(miri)]
 const MUTATION_CASES: u32 = 4;
+
+/// Every corpus case, or under Miri (which looks for undefined behaviour,
+/// not for messages, at a hundred times the cost) every eighth.
+#[cfg(not(miri))]
+const CORPUS_STRIDE: usize = 1;
+#[cfg(miri)]
+const CORPUS_STRIDE: usize = 8;
 
 /// The system allocator, noting the largest block asked for on this thread
 /// while it measures.
@@ -81,9 +90,14 @@ const SMALL: usize = 4096;
 /// input at most (a record read back takes more memory than its 32 bytes
 /// of slot, a probe more than its 24 bytes of entry).
 fn measured_parse(bytes: &[u8]) -> Result<Trace, FormatError> {
+    measured(bytes, parse)
+}
+
+/// `read` of `bytes`, and the largest block it allocated: as for `parse`.
+fn measured<T>(bytes: &[u8], read: impl FnOnce(&[u8]) -> T) -> T {
     LARGEST.with(|largest| largest.set(0));
     MEASURING.with(|measuring| measuring.set(true));
-    let result = parse(bytes);
+    let result = read(bytes);
     MEASURING.with(|measuring| measuring.set(false));
     let largest = LARGEST.with(Cell::get);
     assert!(
@@ -214,12 +228,20 @@ fn the_files_to_break_read_back() {
 fn files_that_are_not_ring_files_or_are_cut_short() {
     let files = files();
     let not_ours = "not a static_tracing ring or trace file";
-    refused(b"", not_ours);
-    refused(b"STAT", not_ours);
+    // What could be the start of a file of ours is one cut short.
+    refused(
+        b"",
+        "truncated: it has 0 bytes, less than its 4096-byte header",
+    );
+    refused(b"STAT", "truncated: it has 4 bytes");
+    refused(b"STAX", not_ours);
     refused(b"STATRACX\x01\x00\x00\x00", not_ours);
     let mut version = files.live.clone();
     put_u32(&mut version, offset::VERSION, 2);
-    refused(&version, "format version (offset 8): expected 1");
+    refused(
+        &version,
+        "format version (offset 8): expected 1 (the version this static-tracing reads), found 2",
+    );
     refused(&version[..10], "truncated: it has 10 bytes");
     refused(&files.live[..12], "less than its 4096-byte header");
     refused(&files.live[..4095], "truncated: it has 4095 bytes");
@@ -471,11 +493,182 @@ fn absurd_sizes_allocate_nothing_to_match() {
     put_u64(&mut bytes, offset::SLOT_COUNT, u64::MAX);
     refused(&bytes, "truncated");
     // Sizes that agree with the file: the table's 4 KiB of zeros is an
-    // entry of size 0.
+    // entry of size 0, its names of length 0, which is what is reported.
     let mut zeros = files.trace.clone();
     put_u32(&mut zeros, offset::TABLE_USED, 4096);
     zeros[4096..8192].fill(0);
-    refused(&zeros, "probe table entry 0 entry_size");
+    refused(
+        &zeros,
+        "probe table entry 0 provider_len (offset 4099): expected 1 to 128, found 0",
+    );
+}
+
+/// One case of the hostile corpus: the base file, the edits that break it,
+/// and the message it is refused with.
+struct Case {
+    name: String,
+    complete: bool,
+    edits: Vec<Edit>,
+    refused: String,
+}
+
+enum Edit {
+    Put(usize, Vec<u8>),
+    Cut(usize),
+}
+
+/// The corpus, read at build time: under Miri too, which opens no files.
+const CORPUS: &str = include_str!("hostile/corpus.txt");
+
+fn corpus() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for paragraph in CORPUS.split("\n\n") {
+        let lines: Vec<&str> = paragraph
+            .lines()
+            .filter(|line| !line.is_empty() && !line.starts_with('#'))
+            .collect();
+        if lines.is_empty() {
+            continue;
+        }
+        let mut case = Case {
+            name: String::new(),
+            complete: false,
+            edits: Vec::new(),
+            refused: String::new(),
+        };
+        for line in lines {
+            let (key, value) = line
+                .split_once(": ")
+                .unwrap_or_else(|| panic!("corpus line without \"key: \": {line:?}"));
+            match key {
+                "case" => case.name = value.to_owned(),
+                "base" => case.complete = base_is_complete(value),
+                "edit" => case.edits.push(edit(value)),
+                "refused" => case.refused = value.to_owned(),
+                _ => panic!("corpus line of an unknown key: {line:?}"),
+            }
+        }
+        assert!(
+            !case.name.is_empty() && !case.refused.is_empty(),
+            "a corpus case needs a name and a message: {paragraph:?}"
+        );
+        cases.push(case);
+    }
+    cases
+}
+
+fn base_is_complete(base: &str) -> bool {
+    match base {
+        "ring" => false,
+        "trace" => true,
+        _ => panic!("unknown corpus base {base:?}"),
+    }
+}
+
+fn edit(edit: &str) -> Edit {
+    let words: Vec<&str> = edit.split_whitespace().collect();
+    let number = |word: &str| {
+        match word.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16),
+            None => word.parse(),
+        }
+        .unwrap_or_else(|_| panic!("not a number in {edit:?}"))
+    };
+    match words[..] {
+        ["cut", len] => Edit::Cut(number(len) as usize),
+        ["bytes", at, hex] => {
+            assert!(hex.len() % 2 == 0, "odd hex digits in {edit:?}");
+            let bytes = (0..hex.len())
+                .step_by(2)
+                .map(|at| u8::from_str_radix(&hex[at..at + 2], 16).unwrap())
+                .collect();
+            Edit::Put(number(at) as usize, bytes)
+        }
+        [width, at, value] => {
+            let len = match width {
+                "u8" => 1,
+                "u16" => 2,
+                "u32" => 4,
+                "u64" => 8,
+                _ => panic!("unknown width in corpus edit {edit:?}"),
+            };
+            let value = number(value);
+            assert!(
+                len == 8 || value >> (8 * len) == 0,
+                "{value} does not fit in {edit:?}"
+            );
+            Edit::Put(number(at) as usize, value.to_le_bytes()[..len].to_vec())
+        }
+        _ => panic!("unknown corpus edit {edit:?}"),
+    }
+}
+
+/// The corpus's base file, made by the ring's writer: a ring of 8 slots
+/// holding app:number(Integer) records 1 and 3 and app:text(String)
+/// "hello"; with `complete`, the same bytes flagged a trace file.
+fn corpus_base(complete: bool) -> Vec<u8> {
+    let ring = HeapRing::new(&config(8, false));
+    let number = ring
+        .add_probe("app", "number", &[ArgType::Int64], Some(0), None)
+        .unwrap();
+    let text = ring
+        .add_probe("app", "text", &[ArgType::String], None, Some(0))
+        .unwrap();
+    assert!(ring.record_integer(number, 1_000, 7, 1));
+    assert!(ring.record(text, 1_000, 7, &[Arg::Str(b"hello")]));
+    assert!(ring.record_integer(number, 1_000, 7, 3));
+    let mut bytes = ring.bytes();
+    if complete {
+        put_u32(&mut bytes, offset::FLAGS, COMPLETE);
+    }
+    bytes
+}
+
+/// What reading `bytes` came to, as a failed case shows it.
+fn outcome<E: std::fmt::Display>(result: Result<Trace, E>) -> String {
+    match result {
+        Ok(trace) => format!("read {} records", trace.records.len()),
+        Err(err) => format!("refused with {:?}", err.to_string()),
+    }
+}
+
+#[test]
+fn the_hostile_corpus_is_refused_with_its_messages() {
+    let bases = [corpus_base(false), corpus_base(true)];
+    for (base, complete) in bases.iter().zip([false, true]) {
+        let trace = measured_parse(base).unwrap();
+        let args: Vec<_> = trace.records.iter().map(|record| &record.args).collect();
+        let hello = Value::Str(b"hello".to_vec());
+        assert_eq!(args, [&[Value::Int(1)][..], &[hello], &[Value::Int(3)]]);
+        assert_eq!(trace.header.complete(), complete);
+        assert_eq!((trace.counters.head, trace.counters.table_used), (3, 56));
+    }
+    let cases = corpus();
+    assert!(cases.len() > 50, "only {} cases read", cases.len());
+    let mut wrong = Vec::new();
+    for case in cases.iter().step_by(CORPUS_STRIDE) {
+        let mut bytes = bases[usize::from(case.complete)].clone();
+        for edit in &case.edits {
+            match edit {
+                Edit::Put(at, value) => put(&mut bytes, *at, value),
+                Edit::Cut(len) => bytes.truncate(*len),
+            }
+        }
+        let expected = outcome::<&str>(Err(&case.refused));
+        // As the command reads it: a ring at a cut, a trace file once.
+        let live = outcome(measured(&bytes, |bytes| scan::read(bytes, Pass::Live)));
+        // Read once, as a snapshot is read, a file that nothing writes is
+        // refused alike: no case hides in the slots past a live ring's
+        // head on its first lap, which a read at a cut leaves unread.
+        let once = outcome(measured_parse(&bytes));
+        if live != expected || once != expected {
+            wrong.push(format!(
+                "{}:\n  expected: {expected}\n  at a cut: {live}\n  once: {once}",
+                case.name
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
 /// A change to a valid file.

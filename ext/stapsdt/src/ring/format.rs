@@ -188,7 +188,7 @@ pub const fn decode_stamp(stamp: u64) -> Stamp {
 
 /// The sequence number the 48 bits of a stamp stand for in a file whose
 /// head is `head`: themselves while head fits in 48 bits, else the latest
-/// number at or below head with those low bits, as the Ruby reader takes it.
+/// number at or below head with those low bits.
 #[inline]
 pub const fn widen(seq: u64, head: u64) -> u64 {
     if head > SEQUENCE_MASK {
@@ -452,8 +452,11 @@ fn problem(
 }
 
 /// Decodes the entry at the start of `bytes` (the table from it up to
-/// `table_used`), checked as the Ruby reader checks it, in the same order.
-/// Returns it and its size.
+/// `table_used`), checked field by field in a fixed order: the name
+/// lengths, the size they need, the reserved bytes, the types and the
+/// arguments that name them, the names, the padding. The first field that
+/// breaks the format is the one reported, so that a file is always refused
+/// for the same reason. Returns the entry and its size.
 pub fn decode_entry(bytes: &[u8]) -> Result<(DecodedEntry<'_>, usize), EntryProblem> {
     let remaining = bytes.len();
     if remaining < ENTRY_HEADER {
@@ -468,15 +471,17 @@ pub fn decode_entry(bytes: &[u8]) -> Result<(DecodedEntry<'_>, usize), EntryProb
     let (arg_count, provider_len, probe_len) =
         (bytes[2], usize::from(bytes[3]), usize::from(bytes[4]));
     let (latency, stack) = (bytes[5], bytes[6]);
+    name_len("provider", 3, provider_len)?;
+    name_len("probe", 4, probe_len)?;
     if size % 8 != 0 {
         return Err(problem("entry_size", 0, "a multiple of 8", size));
     }
-    let needed = ENTRY_HEADER + provider_len + probe_len;
-    if size < needed {
+    let names_end = ENTRY_HEADER + provider_len + probe_len;
+    if size < names_end {
         return Err(problem(
             "entry_size",
             0,
-            format!("at least {needed} (header and names)"),
+            format!("at least {names_end} (header and names)"),
             size,
         ));
     }
@@ -487,6 +492,13 @@ pub fn decode_entry(bytes: &[u8]) -> Result<(DecodedEntry<'_>, usize), EntryProb
             format!("at most the {remaining} bytes left before table_used"),
             size,
         ));
+    }
+    if bytes[7] != 0 {
+        return Err(problem("reserved byte", 7, "0", bytes[7]));
+    }
+    let reserved = u16::from_le_bytes([bytes[14], bytes[15]]);
+    if reserved != 0 {
+        return Err(problem("reserved bytes", 14, "0", reserved));
     }
     if usize::from(arg_count) > MAX_ARGS {
         return Err(problem(
@@ -547,8 +559,17 @@ pub fn decode_entry(bytes: &[u8]) -> Result<(DecodedEntry<'_>, usize), EntryProb
     };
     let latency_arg = arg("latency_arg", latency, ArgType::Int64, 5)?;
     let stack_arg = arg("stack_arg", stack, ArgType::String, 6)?;
-    let provider = name(bytes, "provider", 3, ENTRY_HEADER, provider_len)?;
-    let probe = name(bytes, "probe", 4, ENTRY_HEADER + provider_len, probe_len)?;
+    let provider = name(bytes, "provider", ENTRY_HEADER, provider_len)?;
+    let probe = name(bytes, "probe", ENTRY_HEADER + provider_len, probe_len)?;
+    let padding = &bytes[names_end..size];
+    if padding.iter().any(|&byte| byte != 0) {
+        return Err(problem(
+            "padding",
+            names_end,
+            format!("zero bytes after the names, up to entry_size ({size})"),
+            hex(padding),
+        ));
+    }
     let entry = DecodedEntry {
         provider,
         probe,
@@ -560,21 +581,20 @@ pub fn decode_entry(bytes: &[u8]) -> Result<(DecodedEntry<'_>, usize), EntryProb
     Ok((entry, size))
 }
 
-fn name<'a>(
-    bytes: &'a [u8],
-    kind: &str,
-    len_at: usize,
-    at: usize,
-    len: usize,
-) -> Result<&'a str, EntryProblem> {
-    if !(1..=MAX_NAME_LEN).contains(&len) {
-        return Err(problem(
-            format!("{kind}_len"),
-            len_at,
-            format!("1 to {MAX_NAME_LEN}"),
-            len,
-        ));
+fn name_len(kind: &str, at: usize, len: usize) -> Result<(), EntryProblem> {
+    if (1..=MAX_NAME_LEN).contains(&len) {
+        return Ok(());
     }
+    Err(problem(
+        format!("{kind}_len"),
+        at,
+        format!("1 to {MAX_NAME_LEN}"),
+        len,
+    ))
+}
+
+/// The name of `len` bytes at `at`, whose length `name_len` checked.
+fn name<'a>(bytes: &'a [u8], kind: &str, at: usize, len: usize) -> Result<&'a str, EntryProblem> {
     let text = &bytes[at..at + len];
     match std::str::from_utf8(text) {
         Ok(text) if names::is_valid(text) => Ok(text),
@@ -582,9 +602,44 @@ fn name<'a>(
             format!("{kind} name"),
             at,
             "letters, digits and underscores, not starting with a digit",
-            format!("{:?}", String::from_utf8_lossy(text)),
+            quoted(text),
         )),
     }
+}
+
+/// Bytes as lowercase hex digits, two a byte: how messages show bytes that
+/// should have been zero.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// Bytes that should have been a name, quoted and escaped byte for byte as
+/// Ruby's `String#inspect` shows binary text: what is not printable ASCII
+/// shows as its byte (`\xFF`), never as a replacement character, so that
+/// the message says exactly what the file holds.
+pub(crate) fn quoted(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() + 2);
+    out.push('"');
+    for (at, &byte) in bytes.iter().enumerate() {
+        match byte {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            // `#{`, `#$` and `#@` would interpolate in a Ruby literal.
+            b'#' if matches!(bytes.get(at + 1), Some(b'{' | b'$' | b'@')) => out.push_str("\\#"),
+            b'\n' => out.push_str("\\n"),
+            b'\t' => out.push_str("\\t"),
+            b'\r' => out.push_str("\\r"),
+            0x0c => out.push_str("\\f"),
+            0x0b => out.push_str("\\v"),
+            0x08 => out.push_str("\\b"),
+            0x07 => out.push_str("\\a"),
+            0x1b => out.push_str("\\e"),
+            0x20..=0x7e => out.push(char::from(byte)),
+            _ => out.push_str(&format!("\\x{byte:02X}")),
+        }
+    }
+    out.push('"');
+    out
 }
 
 #[cfg(test)]
@@ -809,7 +864,48 @@ mod tests {
         let problem = mutate(20, 0xff);
         assert_eq!(
             (problem.at, problem.found.as_str()),
-            (19, "\"r\u{fffd}quest_done\"")
+            (19, "\"r\\xFFquest_done\"")
         );
+        assert_eq!(mutate(7, 1).what, "reserved byte");
+        assert_eq!(mutate(15, 1).found, "256");
+        let padding = mutate(31, 5);
+        assert_eq!(
+            (padding.what.as_str(), padding.at, padding.found.as_str()),
+            ("padding", 31, "05")
+        );
+    }
+
+    #[test]
+    fn an_entry_is_refused_for_its_first_broken_field() {
+        let types = [ArgType::Int64];
+        let good = entry(&types, Some(0), None).encode().unwrap();
+        let broken = |edits: &[(usize, u8)]| {
+            let mut bytes = good.as_bytes().to_vec();
+            for &(at, value) in edits {
+                bytes[at] = value;
+            }
+            decode_entry(&bytes).unwrap_err().what
+        };
+        // Names too long for their entry: their lengths are what is wrong.
+        assert_eq!(broken(&[(4, 200)]), "probe_len");
+        assert_eq!(broken(&[(3, 129), (4, 0)]), "provider_len");
+        assert_eq!(broken(&[(4, 100)]), "entry_size");
+        // The size before the reserved bytes, those before the types.
+        assert_eq!(broken(&[(0, 12), (7, 1)]), "entry_size");
+        assert_eq!(broken(&[(7, 1), (2, 9)]), "reserved byte");
+        assert_eq!(broken(&[(14, 1), (8, 9)]), "reserved bytes");
+        // The names before the padding after them.
+        assert_eq!(broken(&[(16, b'9'), (31, 1)]), "provider name");
+    }
+
+    #[test]
+    fn names_are_shown_byte_for_byte_as_ruby_inspects_binary_text() {
+        assert_eq!(quoted(b"n-mber"), "\"n-mber\"");
+        assert_eq!(
+            quoted(b"a\x00\x7f\x1b\x07\x08\x0c\x0b\n\t\r\"\\\xff\xc3\xa9"),
+            r#""a\x00\x7F\e\a\b\f\v\n\t\r\"\\\xFF\xC3\xA9""#
+        );
+        assert_eq!(quoted(b"#{x}#$y#@z#w"), r#""\#{x}\#$y\#@z#w""#);
+        assert_eq!(hex(&[0, 1, 0xab]), "0001ab");
     }
 }

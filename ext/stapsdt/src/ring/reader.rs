@@ -1,15 +1,16 @@
-//! Reading a ring or trace file's bytes back, checked as strictly as the
-//! `static-tracing` command's reader (lib/static_tracing/cli/trace_file)
-//! checks them, in the same order and with the same messages: what one
-//! refuses, the other does. Sizes in the file are never trusted: every one
-//! is checked against the input before anything is read or allocated by it,
-//! so that a hostile file gives an error, never a panic, and allocations
-//! stay within a small multiple of the input's length.
+//! Reading a ring or trace file's bytes back: the format's one reader,
+//! which the `static-tracing` command reads files through. Each check has
+//! its place in a fixed order and its one message, which the hostile
+//! corpus (ext/stapsdt/tests/hostile/corpus.txt) holds the Rust tests and
+//! the command's specs to alike. Sizes in the file are never trusted: every
+//! one is checked against the input before anything is read or allocated
+//! by it, so that a hostile file gives an error, never a panic, and
+//! allocations stay within a small multiple of the input's length.
 
 use super::format::{
-    self, decode_entry, decode_stamp, offset, Counters, Header, Stamp, COMPLETE, FIRST_PAYLOAD,
-    HEADER_SIZE, INDEX_MASK, LATER_PAYLOAD, MAGIC, OVERWRITE, PAGE, SLOT_SIZE, STRING_LENGTH,
-    TABLE_OFFSET, VERSION,
+    self, decode_entry, decode_stamp, hex, offset, Counters, Header, Stamp, COMPLETE,
+    FIRST_PAYLOAD, HEADER_SIZE, INDEX_MASK, LATER_PAYLOAD, MAGIC, OVERWRITE, PAGE, SLOT_SIZE,
+    STRING_LENGTH, TABLE_OFFSET, VERSION,
 };
 use super::scan::{self, Pass, ReadError};
 use super::writer::Arg;
@@ -167,6 +168,15 @@ pub fn parse(bytes: &[u8]) -> Result<Trace, FormatError> {
 /// The header of a file of `file_len` bytes whose first bytes (its
 /// header's 4096, or all it has) are `bytes`.
 pub(super) fn header(bytes: &[u8], file_len: u64) -> Result<Header, FormatError> {
+    let truncated = || {
+        FormatError::file(format!(
+            "truncated: it has {file_len} bytes, less than its {HEADER_SIZE}-byte header"
+        ))
+    };
+    // Too short to tell, but what there is could be ours: cut, not foreign.
+    if bytes.len() < MAGIC.len() && MAGIC.starts_with(bytes) {
+        return Err(truncated());
+    }
     if bytes.len() < MAGIC.len() || bytes[..MAGIC.len()] != MAGIC {
         let found = &bytes[..bytes.len().min(MAGIC.len())];
         return Err(FormatError::file(format!(
@@ -180,15 +190,13 @@ pub(super) fn header(bytes: &[u8], file_len: u64) -> Result<Header, FormatError>
             return Err(FormatError::invalid(
                 "format version",
                 offset::VERSION as u64,
-                format!("{VERSION} (the version this reader reads)"),
+                format!("{VERSION} (the version this static-tracing reads)"),
                 version,
             ));
         }
     }
     if file_len < HEADER_SIZE || (bytes.len() as u64) < HEADER_SIZE {
-        return Err(FormatError::file(format!(
-            "truncated: it has {file_len} bytes, less than its {HEADER_SIZE}-byte header"
-        )));
+        return Err(truncated());
     }
     let field = |name: &str, at: usize, expected: &dyn fmt::Display, found: &dyn fmt::Display| {
         FormatError::invalid(format!("header field {name}"), at as u64, expected, found)
@@ -219,6 +227,10 @@ pub(super) fn header(bytes: &[u8], file_len: u64) -> Result<Header, FormatError>
             &SLOT_SIZE,
             &slot_size,
         ));
+    }
+    let reserved = u32_at(bytes, offset::RESERVED);
+    if reserved != 0 {
+        return Err(field("reserved", offset::RESERVED, &0, &reserved));
     }
     let header = Header {
         table_capacity: u64_at(bytes, offset::TABLE_CAPACITY),
@@ -615,15 +627,22 @@ impl Slots<'_> {
             payload
                 .extend_from_slice(&self.slot_bytes(later)[SLOT_SIZE as usize - LATER_PAYLOAD..]);
         }
+        // The end of arguments that hold no String is known from the
+        // types alone: the slots must hold them, and nothing after them.
+        let fixed = !probe.types.contains(&ArgType::String);
+        if fixed {
+            payload_ends(probe, slots, payload, 8 * probe.types.len(), &error)?;
+        }
         let mut at = 0;
         for (index, &arg) in probe.types.iter().enumerate() {
             let mut take = |len: usize| {
                 let end = at + len;
                 if end > payload.len() {
+                    let plural = if slots == 1 { "" } else { "s" };
                     return Err(error(
                         format!("argument {index} of {}", probe.described()),
                         format!(
-                            "to end within the {} payload bytes of its {slots} slots",
+                            "to end within the {} payload bytes of its {slots} slot{plural}",
                             payload.len()
                         ),
                         format!("it ends at byte {end}"),
@@ -655,23 +674,37 @@ impl Slots<'_> {
                 });
             }
         }
-        let needed = format::slots_for(at);
-        if needed != slots {
-            return Err(error(
-                format!("slot count for {}", probe.described()),
-                format!("{needed} (its arguments take {at} bytes)"),
-                slots.to_string(),
-            ));
+        if fixed {
+            return Ok(());
         }
-        let rest = &payload[at..];
-        if rest.iter().any(|&byte| byte != 0) {
-            let hex: String = rest.iter().map(|byte| format!("{byte:02x}")).collect();
-            return Err(error(
-                format!("padding for {}", probe.described()),
-                format!("zero bytes after its {at} bytes of arguments"),
-                hex,
-            ));
-        }
-        Ok(())
+        payload_ends(probe, slots, payload, at, &error)
     }
+}
+
+/// That arguments of `size` bytes end in the record's last slot, and zeros
+/// follow them.
+fn payload_ends(
+    probe: &ProbeEntry,
+    slots: u64,
+    payload: &[u8],
+    size: usize,
+    error: &dyn Fn(String, String, String) -> FormatError,
+) -> Result<(), FormatError> {
+    let needed = format::slots_for(size);
+    if needed != slots {
+        return Err(error(
+            format!("slot count for {}", probe.described()),
+            format!("{needed} (its arguments take {size} bytes)"),
+            slots.to_string(),
+        ));
+    }
+    let rest = &payload[size..];
+    if rest.iter().any(|&byte| byte != 0) {
+        return Err(error(
+            format!("padding for {}", probe.described()),
+            format!("zero bytes after its {size} bytes of arguments"),
+            hex(rest),
+        ));
+    }
+    Ok(())
 }
