@@ -375,9 +375,12 @@ pub(super) struct Slots<'a> {
     pub(super) slot_count: u64,
     pub(super) head: u64,
     /// `head` was read before the slots, from a live ring (the cut): a
-    /// record of a later sequence number was written after it, and is
-    /// passed over rather than refused.
+    /// record of a later sequence number, below `limit`, was written after
+    /// it, and is passed over rather than refused.
     pub(super) cut: bool,
+    /// What head was when the slots had been read (`head` but for a cut):
+    /// a stamp of this sequence number or later breaks the format.
+    pub(super) limit: u64,
     /// For messages: where `area` is in the file.
     pub(super) ring_offset: u64,
     pub(super) probes: &'a [ProbeEntry],
@@ -453,21 +456,67 @@ impl Slots<'_> {
                 Step::Skip => index += 1,
                 Step::Invalid(err) => return Err(err),
                 Step::Record(found) => {
-                    let position = found.position;
-                    let probe_and_tid = self.word(position, 2);
-                    records.push(Record {
-                        seq: found.seq,
-                        slots: found.slots,
-                        time_ns: self.word(position, 1),
-                        probe: probe_and_tid as u32,
-                        tid: (probe_and_tid >> 32) as u32,
-                        args,
-                    });
+                    records.push(self.record(&found, args));
                     index += found.slots;
                 }
             }
         }
         Ok((records, index))
+    }
+
+    /// The records one after another from the slot `index` (counted from
+    /// the oldest) up to, not including, `to`, as a reader following a live
+    /// ring takes them: each must start where the one before ended, whole;
+    /// with `overwrite`, the later slots of a record whose first slot was
+    /// overwritten are passed over. Returns them and the index of the
+    /// first slot not taken, where the next read starts.
+    pub(super) fn contiguous(
+        &self,
+        mut index: u64,
+        to: u64,
+        overwrite: bool,
+    ) -> Result<(Vec<Record>, u64), FormatError> {
+        let mut records = Vec::new();
+        let mut payload = Vec::new();
+        while index < to {
+            let position = self.position(index);
+            // The sequence number the slot `index` holds this lap; callers
+            // start at or after the index of sequence number 0.
+            let expected = (self.head + index).wrapping_sub(self.slot_count);
+            let stamp = self.stamp(position);
+            match decode_stamp(stamp) {
+                Stamp::Later { seq, .. }
+                    if overwrite && seq == expected & format::SEQUENCE_MASK =>
+                {
+                    index += 1;
+                    continue;
+                }
+                Stamp::First { seq, .. } if seq == expected & format::SEQUENCE_MASK => {}
+                _ => break,
+            }
+            let mut args = Vec::new();
+            match self.step(index, &mut payload, Some(&mut args)) {
+                Step::Record(found) => {
+                    records.push(self.record(&found, args));
+                    index += found.slots;
+                }
+                Step::Skip => break,
+                Step::Invalid(err) => return Err(err),
+            }
+        }
+        Ok((records, index))
+    }
+
+    fn record(&self, found: &Found, args: Vec<Value>) -> Record {
+        let probe_and_tid = self.word(found.position, 2);
+        Record {
+            seq: found.seq,
+            slots: found.slots,
+            time_ns: self.word(found.position, 1),
+            probe: probe_and_tid as u32,
+            tid: (probe_and_tid >> 32) as u32,
+            args,
+        }
     }
 
     /// Which positions hold a slot of a valid record: what a snapshot keeps.
@@ -503,7 +552,8 @@ impl Slots<'_> {
                 ))
             }
             Stamp::First { seq, .. } | Stamp::Later { seq, .. }
-                if self.cut && format::widen(seq, self.head) >= self.head =>
+                if self.cut
+                    && (self.head..self.limit).contains(&format::widen(seq, self.limit)) =>
             {
                 // Written after the cut: neither read nor lost.
                 return Step::Skip;
@@ -564,9 +614,9 @@ impl Slots<'_> {
     /// The sequence number of a stamp's 48 bits: below head, and congruent
     /// to the slot's position modulo slot_count.
     fn sequence(&self, position: u64, stamp: u64, bits: u64) -> Result<u64, FormatError> {
-        let seq = format::widen(bits, self.head);
-        if seq >= self.head {
-            let expected = format!("a sequence number below head ({})", self.head);
+        let seq = format::widen(bits, self.limit);
+        if seq >= self.limit {
+            let expected = format!("a sequence number below head ({})", self.limit);
             return Err(self.bad_stamp(position, stamp, expected, seq));
         }
         if seq % self.slot_count != position {

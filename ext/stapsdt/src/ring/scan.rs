@@ -21,8 +21,9 @@ use std::os::unix::fs::FileExt;
 pub trait ReadAt {
     /// The file's length in bytes now.
     fn file_len(&self) -> io::Result<u64>;
-    /// Fills `buf` from `offset`; an error if the file ends first.
-    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Reads into `buf` from `offset`, as pread does: fewer bytes than
+    /// asked at the file's end, 0 past it.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
 }
 
 impl ReadAt for [u8] {
@@ -30,14 +31,13 @@ impl ReadAt for [u8] {
         Ok(<[u8]>::len(self) as u64)
     }
 
-    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        let start = usize::try_from(offset).map_err(|_| io::ErrorKind::UnexpectedEof)?;
-        let bytes = start
-            .checked_add(buf.len())
-            .and_then(|end| self.get(start..end))
-            .ok_or(io::ErrorKind::UnexpectedEof)?;
-        buf.copy_from_slice(bytes);
-        Ok(())
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let start = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .min(self.len());
+        let bytes = &self[start..self.len().min(start.saturating_add(buf.len()))];
+        buf[..bytes.len()].copy_from_slice(bytes);
+        Ok(bytes.len())
     }
 }
 
@@ -46,9 +46,35 @@ impl ReadAt for File {
         Ok(self.metadata()?.len())
     }
 
-    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        FileExt::read_exact_at(self, buf, offset)
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        FileExt::read_at(self, buf, offset)
     }
+}
+
+/// Fills `buf` from `offset` of a file that had `file_len` bytes when it
+/// was opened: one that ends before is one that shrank as it was read.
+fn read_exact_at(
+    source: &(impl ReadAt + ?Sized),
+    buf: &mut [u8],
+    offset: u64,
+    file_len: u64,
+) -> Result<(), ReadError> {
+    let mut done = 0;
+    while done < buf.len() {
+        match source.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => {
+                return Err(FormatError::file(format!(
+                    "it shrank while it was read: it had {file_len} bytes, now at most {}",
+                    offset + done as u64
+                ))
+                .into())
+            }
+            Ok(read) => done += read,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Ok(())
 }
 
 /// Why a file could not be read: it breaks the format, or reading it failed.
@@ -104,6 +130,8 @@ pub struct Opened {
     pub counters: Counters,
     pub probes: Vec<ProbeEntry>,
     pub pass: Pass,
+    /// The file's length when it was opened.
+    pub file_len: u64,
 }
 
 /// Reads and checks the header, counters and table of the file in
@@ -112,25 +140,26 @@ pub struct Opened {
 pub fn open(source: &(impl ReadAt + ?Sized), pass: Pass) -> Result<Opened, ReadError> {
     let file_len = source.file_len()?;
     let mut bytes = vec![0; file_len.min(HEADER_SIZE) as usize];
-    source.read_exact_at(&mut bytes, 0)?;
+    read_exact_at(source, &mut bytes, 0, file_len)?;
     let header = reader::header(&bytes, file_len)?;
     let pass = if header.complete() { Pass::Once } else { pass };
     if pass == Pass::Live {
         // The cut: head (and table_used) read again after records and
         // dropped, so that every record counted was reserved below head.
-        for at in [offset::HEAD, offset::TABLE_USED] {
-            source.read_exact_at(&mut bytes[at..at + 8], at as u64)?;
+        for (at, len) in [(offset::HEAD, 8), (offset::TABLE_USED, 4)] {
+            read_exact_at(source, &mut bytes[at..at + len], at as u64, file_len)?;
         }
     }
     let counters = reader::counters(&bytes, &header)?;
     let mut table = vec![0; counters.table_used as usize];
-    source.read_exact_at(&mut table, TABLE_OFFSET)?;
+    read_exact_at(source, &mut table, TABLE_OFFSET, file_len)?;
     let probes = reader::table(&table)?;
     Ok(Opened {
         header,
         counters,
         probes,
         pass,
+        file_len,
     })
 }
 
@@ -151,23 +180,17 @@ impl Opened {
         // that starts in it.
         let reach = INDEX_MASK.min(slot_count);
         let (mut window, mut wrapped) = (Vec::new(), Vec::new());
-        let mut index = from;
+        let mut index = from.max(self.first_written());
+        let mut limit = self.counters.head;
         while index < slot_count {
             let part_end = slot_count.min(index + WINDOW_SLOTS);
             let len = slot_count.min(part_end - index + reach);
             let position = self.position(index);
             self.read_window(source, position, len, &mut window)?;
-            let slots = Slots {
-                area: &window,
-                window: position,
-                slot_count,
-                head: self.counters.head,
-                cut: self.pass == Pass::Live,
-                ring_offset: self.header.ring_offset,
-                probes: &self.probes,
-                max_string: self.header.max_string,
-            };
-            let (records, next) = slots.records_between(index, part_end)?;
+            limit = limit.max(self.head_now(source)?);
+            let (records, next) = self
+                .slots(&window, position, limit)
+                .records_between(index, part_end)?;
             for record in records {
                 // The record's slots are in the window, one after another,
                 // but for a window of the whole ring that they wrap around.
@@ -190,6 +213,102 @@ impl Opened {
         Ok(index)
     }
 
+    /// Visits the records one after another from sequence number `from`
+    /// (a reader's position: `tail`, or where its last read stopped), as a
+    /// reader following a live ring takes them (see `Slots::contiguous`),
+    /// each with the bytes of its slots; returns the sequence number to
+    /// read from next. Of the slots before `from`, only the last
+    /// `slot_count` before head can still be there: it starts there at
+    /// the earliest (what it passes over was overwritten: lost).
+    pub fn follow(
+        &self,
+        source: &(impl ReadAt + ?Sized),
+        from: u64,
+        mut visit: impl FnMut(Record, &[u8]),
+    ) -> Result<u64, ReadError> {
+        let (slot_count, head) = (self.header.slot_count, self.counters.head);
+        let oldest = head.saturating_sub(slot_count);
+        let mut seq = from.clamp(oldest, head);
+        let mut window = Vec::new();
+        let reach = INDEX_MASK.min(slot_count);
+        let mut limit = head;
+        while seq < head {
+            // The index of `seq` from the oldest slot (the one after head's).
+            let index = seq + slot_count - head;
+            let part_end = slot_count.min(index + WINDOW_SLOTS);
+            let len = slot_count.min(part_end - index + reach);
+            let position = self.position(index);
+            self.read_window(source, position, len, &mut window)?;
+            limit = limit.max(self.head_now(source)?);
+            let (records, next) = self.slots(&window, position, limit).contiguous(
+                index,
+                part_end,
+                self.header.overwrite(),
+            )?;
+            for record in records {
+                let start =
+                    ((record.seq % slot_count + slot_count - position) % slot_count) as usize;
+                let len = (record.slots * SLOT_SIZE) as usize;
+                let start = start * SLOT_SIZE as usize;
+                visit(record, &window[start..start + len]);
+            }
+            seq = next + head - slot_count;
+            if next < part_end {
+                break;
+            }
+        }
+        Ok(seq)
+    }
+
+    /// The index of the first slot a writer can have written: on the
+    /// ring's first lap, a live ring's slots past head were never written,
+    /// and are not read (a trace file's are, and checked).
+    fn first_written(&self) -> u64 {
+        match self.pass {
+            Pass::Live => self.header.slot_count.saturating_sub(self.counters.head),
+            Pass::Once => 0,
+        }
+    }
+
+    /// Head as it is now: where a live ring's writers are once its slots
+    /// were read, what no stamp can be past.
+    fn head_now(&self, source: &(impl ReadAt + ?Sized)) -> Result<u64, ReadError> {
+        if self.pass == Pass::Once {
+            return Ok(self.counters.head);
+        }
+        let mut head = [0; 8];
+        read_exact_at(source, &mut head, offset::HEAD as u64, self.file_len)?;
+        Ok(u64::from_le_bytes(head))
+    }
+
+    /// The table and counters as they are now (a live ring's grow), for
+    /// the probes added since it was opened and a last check of the
+    /// records read against them.
+    pub fn reread(&mut self, source: &(impl ReadAt + ?Sized)) -> Result<Counters, ReadError> {
+        if self.pass == Pass::Once {
+            return Ok(self.counters);
+        }
+        let again = open(source, Pass::Live)?;
+        if again.probes.len() > self.probes.len() {
+            self.probes = again.probes;
+        }
+        Ok(again.counters)
+    }
+
+    fn slots<'a>(&'a self, window: &'a [u8], position: u64, limit: u64) -> Slots<'a> {
+        Slots {
+            area: window,
+            window: position,
+            slot_count: self.header.slot_count,
+            head: self.counters.head,
+            limit,
+            cut: self.pass == Pass::Live,
+            ring_offset: self.header.ring_offset,
+            probes: &self.probes,
+            max_string: self.header.max_string,
+        }
+    }
+
     /// The position of the slot `index` slots after the oldest.
     fn position(&self, index: u64) -> u64 {
         let slot_count = self.header.slot_count;
@@ -207,15 +326,24 @@ impl Opened {
         window: &mut Vec<u8>,
     ) -> Result<(), ReadError> {
         let slot_size = SLOT_SIZE as usize;
-        let read = |into: &mut Vec<u8>| -> io::Result<()> {
+        let read = |into: &mut Vec<u8>| -> Result<(), ReadError> {
             into.resize(len as usize * slot_size, 0);
             let first = len.min(self.header.slot_count - position);
             let (head, tail) = into.split_at_mut(first as usize * slot_size);
-            source.read_exact_at(head, self.header.ring_offset + position * SLOT_SIZE)?;
-            source.read_exact_at(tail, self.header.ring_offset)
+            let ring_offset = self.header.ring_offset;
+            read_exact_at(
+                source,
+                head,
+                ring_offset + position * SLOT_SIZE,
+                self.file_len,
+            )?;
+            if !tail.is_empty() {
+                read_exact_at(source, tail, ring_offset, self.file_len)?;
+            }
+            Ok(())
         };
         if self.pass == Pass::Once {
-            return Ok(read(window)?);
+            return read(window);
         }
         let mut before = Vec::new();
         read(&mut before)?;
@@ -244,22 +372,24 @@ impl Opened {
 /// Reads the whole file in `source` (its records in sequence order), as
 /// [`open`] and [`Opened::scan`] do.
 pub fn read(source: &(impl ReadAt + ?Sized), pass: Pass) -> Result<Trace, ReadError> {
-    let opened = open(source, pass)?;
+    let mut opened = open(source, pass)?;
     let mut records = Vec::new();
     opened.scan(source, 0, |record, _| records.push(record))?;
     // Out of order only if a record was written a lap late, over a newer
     // one's slot.
     records.sort_by_key(|record| record.seq);
-    let counters = opened.counters;
-    if records.len() as u64 > counters.records && opened.pass == Pass::Once {
+    let now = opened.reread(source)?;
+    // Every record read was counted by the time it was read.
+    if records.len() as u64 > now.records {
         return Err(FormatError::invalid(
             "header field records",
             offset::RECORDS as u64,
             format!("at least the {} records the file holds", records.len()),
-            counters.records,
+            now.records,
         )
         .into());
     }
+    let counters = opened.counters;
     Ok(Trace {
         header: opened.header,
         counters,

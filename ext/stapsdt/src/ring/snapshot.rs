@@ -71,6 +71,9 @@ impl Ring {
             head,
             // Written after the cut, a record is not the snapshot's.
             cut: true,
+            // A writer a lap or more past the cut made nonsense of its slot
+            // for this copy: refused, it is zeroed as any other.
+            limit: head.saturating_add(self.config.slot_count),
             ring_offset: 0,
             probes: &probes,
             max_string: MAX_STRING,
