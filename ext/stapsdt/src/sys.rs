@@ -556,28 +556,83 @@ unsafe impl Send for SharedMapping {}
 // SAFETY: as above.
 unsafe impl Sync for SharedMapping {}
 
+/// Pages populated at once: the process's memory map stays locked only
+/// this long, not for the whole of a ring of gigabytes, so that its other
+/// threads' `mmap` and `mprotect` (malloc growing an arena) go on.
+const POPULATE_PIECE: usize = 16 << 20;
+
 impl SharedMapping {
     /// Maps `len` bytes of `file` from offset 0, readable and writable, its
-    /// pages faulted in now rather than one by one on first use. The file
-    /// must already be that long: a page past its end is a SIGBUS.
+    /// pages faulted in now (in pieces, see `POPULATE_PIECE`) rather than
+    /// one by one on first use, in a recorded call. The file must already
+    /// be that long: a page past its end is a SIGBUS.
     pub fn new(file: &File, len: usize) -> io::Result<SharedMapping> {
-        // SAFETY: a fresh mapping chosen by the kernel overlaps nothing of
-        // ours; the descriptor is valid for the call.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
-                file.as_raw_fd(),
-                0,
-            )
+        let map = |flags| {
+            // SAFETY: a fresh mapping chosen by the kernel overlaps nothing
+            // of ours; the descriptor is valid for the call.
+            unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED | flags,
+                    file.as_raw_fd(),
+                    0,
+                )
+            }
         };
+        let base = map(0);
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
         let base = NonNull::new(base.cast::<u8>()).ok_or_else(|| io::Error::other("mmap at 0"))?;
-        Ok(SharedMapping { base, len })
+        let mapping = SharedMapping { base, len };
+        if !mapping.populate_in_pieces() {
+            // A kernel before 5.14: populated whole, as mmap does it.
+            drop(mapping);
+            let base = map(libc::MAP_POPULATE);
+            if base == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error());
+            }
+            let base =
+                NonNull::new(base.cast::<u8>()).ok_or_else(|| io::Error::other("mmap at 0"))?;
+            return Ok(SharedMapping { base, len });
+        }
+        Ok(mapping)
+    }
+
+    /// Faults every page in, a piece at a time, as MAP_POPULATE does for a
+    /// shared mapping: for reading (faulting them in for writing would
+    /// dirty them all, and the file system would write the whole ring out);
+    /// false where the kernel cannot (no MADV_POPULATE_READ).
+    #[cfg(target_os = "linux")]
+    fn populate_in_pieces(&self) -> bool {
+        let mut at = 0;
+        while at < self.len {
+            let piece = POPULATE_PIECE.min(self.len - at);
+            // SAFETY: the range is inside this mapping (page-aligned: the
+            // mapping is, and POPULATE_PIECE is a multiple of any page
+            // size; the last piece ends where the mapping does).
+            let done = unsafe {
+                libc::madvise(
+                    self.base.as_ptr().add(at).cast(),
+                    piece,
+                    libc::MADV_POPULATE_READ,
+                )
+            };
+            if done != 0 {
+                // EINVAL: not supported. Anything else (ENOMEM, EFAULT) is
+                // left to the first write, as without populating.
+                return io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) || at > 0;
+            }
+            at += piece;
+        }
+        true
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn populate_in_pieces(&self) -> bool {
+        false
     }
 
     /// The first byte: page-aligned.

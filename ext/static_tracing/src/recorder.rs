@@ -229,16 +229,17 @@ pub fn is_recording() -> bool {
 }
 
 /// Stops the recording, if one runs: every mark of it counts for nothing
-/// from now on, and its ring file is removed (the caller has read what it
-/// wanted from it) once no snapshot is copying it any more.
-pub fn stop() {
+/// from now on. Returns it: once the caller and any snapshot copying it
+/// let go of it, its ring is unmapped and its file removed (the caller has
+/// read what it wanted from it), which takes time in proportion to its
+/// size: drop it with the GVL released.
+pub fn stop() -> Option<Arc<Recording>> {
     let current = CURRENT.swap(std::ptr::null_mut(), Ordering::AcqRel);
-    if !current.is_null() {
-        // SAFETY: made by `Arc::into_raw` in `install` and taken out of
-        // CURRENT just now: this is the reference CURRENT held. No thread
-        // writes into it (see the module docs).
-        drop(unsafe { Arc::from_raw(current) });
-    }
+    // SAFETY: made by `Arc::into_raw` in `install` and taken out of CURRENT
+    // just now: this is the reference CURRENT held. No thread writes into
+    // it any more (see the module docs: writers hold the GVL, as our caller
+    // does, and load CURRENT again at each record).
+    (!current.is_null()).then(|| unsafe { Arc::from_raw(current) })
 }
 
 /// The current recording, held for as long as the caller keeps it, even

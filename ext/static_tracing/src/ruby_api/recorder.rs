@@ -49,8 +49,12 @@ pub(super) fn start(
     recorder::install(prepared).map_err(failed)
 }
 
+/// Stops the recording; its ring is unmapped and removed with the GVL
+/// released (a ring of gigabytes takes tens of milliseconds to let go of).
 pub(super) fn stop() {
-    recorder::stop();
+    if let Some(recording) = recorder::stop() {
+        without_gvl(|| drop(recording));
+    }
 }
 
 /// `recorder_arm(tracepoint, latency_arg, stack_arg)`: records the
