@@ -1,0 +1,26 @@
+//! The `static-tracing` command's native reader (`static_tracing/trace_reader`):
+//! the `trace_report` crate for the command's Ruby code, which checks whose
+//! files it reads and opens them, then hands their descriptors here. It
+//! defines `StaticTracing::TraceReader` and nothing else: loading it starts
+//! none of the gem's runtime (no watcher, no signal handler, no stub), as
+//! the command must not in its own process.
+
+mod errors;
+mod follower;
+mod output;
+mod reader;
+mod sources;
+mod trace;
+
+use magnus::{Error, Module, Ruby};
+
+#[magnus::init]
+fn init(ruby: &Ruby) -> Result<(), Error> {
+    let module = ruby
+        .define_module("StaticTracing")?
+        .define_module("TraceReader")?;
+    reader::init(ruby, module)?;
+    trace::init(ruby, module)?;
+    follower::init(ruby, module)?;
+    Ok(())
+}

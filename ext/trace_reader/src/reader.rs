@@ -1,0 +1,123 @@
+//! `StaticTracing::TraceReader`'s functions: read a file, report on
+//! files, dump a live ring. Descriptors come from the command's Ruby code,
+//! which opened and checked them and holds them open for the call.
+
+use crate::errors::{cli_error, trace_error};
+use crate::output::RubyWriter;
+use crate::sources::Source;
+use crate::trace::Trace;
+use magnus::{function, method, prelude::*, Error, RArray, RModule, Ruby, Value};
+use std::fs::File;
+use std::mem::ManuallyDrop;
+use trace_report::follow::{self, Counts, DumpError};
+use trace_report::report::{self, Format, ReportError};
+use trace_report::Trace as Read;
+
+/// `TraceReader.read(source, name)`: the file (see `Source::of`), read whole.
+fn read(ruby: &Ruby, source: Value, name: String) -> Result<Trace, Error> {
+    read_file(ruby, &Source::of(source)?, &name).map(Trace)
+}
+
+fn read_file(ruby: &Ruby, source: &Source, name: &str) -> Result<Read, Error> {
+    Read::read(source, name).map_err(|err| trace_error(ruby, err))
+}
+
+/// Files read for a report: `TraceReader.load(files)` reads every file of
+/// `files` (`[[fd, name], ...]`) before anything is written; `check`
+/// refuses a format it cannot make of them, `report` writes it.
+#[magnus::wrap(class = "StaticTracing::TraceReader::Traces", free_immediately, size)]
+struct Traces(Vec<Read>);
+
+impl Traces {
+    fn load(ruby: &Ruby, files: RArray) -> Result<Traces, Error> {
+        let mut traces = Vec::with_capacity(files.len());
+        for file in files.into_iter() {
+            let (source, name): (Value, String) = magnus::TryConvert::try_convert(file)?;
+            traces.push(read_file(ruby, &Source::of(source)?, &name)?);
+        }
+        Ok(Traces(traces))
+    }
+
+    /// `check(format)`: raises what `report` would refuse, before any
+    /// output is opened.
+    fn check(ruby: &Ruby, rb_self: &Self, format: String) -> Result<(), Error> {
+        report::check(&rb_self.0, format_named(ruby, &format)?)
+            .map_err(|err| report_error(ruby, err))
+    }
+
+    /// `report(format, out)`: the report written to `out` (anything with
+    /// `write`), in pieces.
+    fn report(ruby: &Ruby, rb_self: &Self, format: String, out: Value) -> Result<(), Error> {
+        let format = format_named(ruby, &format)?;
+        let mut writer = RubyWriter::new(ruby, out);
+        match report::write(&rb_self.0, format, &mut writer) {
+            Ok(()) => writer.finish(),
+            Err(ReportError::Io(err)) => Err(writer.take_error(err)),
+            Err(err) => Err(report_error(ruby, err)),
+        }
+    }
+}
+
+fn format_named(ruby: &Ruby, name: &str) -> Result<Format, Error> {
+    Format::named(name).ok_or_else(|| cli_error(ruby, format!("unknown report format {name:?}")))
+}
+
+fn report_error(ruby: &Ruby, err: ReportError) -> Error {
+    match err {
+        ReportError::Refused(message) => cli_error(ruby, message),
+        ReportError::Io(err) => Error::new(ruby.exception_io_error(), err.to_string()),
+    }
+}
+
+/// `TraceReader.dump(ring_fd, name, out_fd)`: the records the ring holds
+/// now, as a trace file written to `out_fd`; `[records, lost, dropped]`.
+fn dump(ruby: &Ruby, ring: Value, name: String, out: Value) -> Result<(u64, u64, u64), Error> {
+    let out = output_file(ruby, out)?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, &*out);
+    let counts = follow::dump(&Source::of(ring)?, &name, &mut out).map_err(|err| match err {
+        DumpError::Read(err) => trace_error(ruby, err),
+        DumpError::Write(err) => write_error(ruby, err),
+    })?;
+    out.into_inner()
+        .map_err(|err| write_error(ruby, err.into_error()))?;
+    Ok(tuple(counts))
+}
+
+/// A failed write as Ruby raises one (an Errno), for the command's
+/// OutputFile to word with the file's name.
+pub fn write_error(ruby: &Ruby, err: std::io::Error) -> Error {
+    let errno = err.raw_os_error().map(|errno| {
+        ruby.exception_system_call_error()
+            .new_instance((ruby.qnil(), errno))
+    });
+    match errno {
+        Some(Ok(exception)) => Error::from(exception),
+        _ => Error::new(ruby.exception_io_error(), err.to_string()),
+    }
+}
+
+/// The file a trace file is written to: a descriptor (see `Source::of`).
+pub fn output_file(ruby: &Ruby, out: Value) -> Result<ManuallyDrop<File>, Error> {
+    match Source::of(out)? {
+        Source::File(file) => Ok(file),
+        Source::Object(_) => Err(cli_error(
+            ruby,
+            "a trace file is written to a descriptor".into(),
+        )),
+    }
+}
+
+pub fn tuple(counts: Counts) -> (u64, u64, u64) {
+    (counts.records, counts.lost, counts.dropped)
+}
+
+pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
+    module.define_singleton_method("read", function!(read, 2))?;
+    module.define_singleton_method("load", function!(Traces::load, 1))?;
+    module.define_singleton_method("dump", function!(dump, 3))?;
+    let traces = module.define_class("Traces", ruby.class_object())?;
+    traces.undef_default_alloc_func();
+    traces.define_method("check", method!(Traces::check, 1))?;
+    traces.define_method("report", method!(Traces::report, 2))?;
+    Ok(())
+}

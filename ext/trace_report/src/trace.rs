@@ -1,0 +1,109 @@
+//! A ring or trace file read whole: its header, its probes and the
+//! records it holds, in sequence order.
+
+use stapsdt::ring::scan::{self, Pass, ReadAt, ReadError};
+use stapsdt::ring::{Counters, Header, ProbeEntry, Record};
+use std::fmt;
+use std::io;
+
+/// A file read: what the reports are made of.
+#[derive(Clone, Debug)]
+pub struct Trace {
+    /// The file's name, as messages give it.
+    pub name: String,
+    pub header: Header,
+    /// For a live ring, as of the moment it was read (its cut).
+    pub counters: Counters,
+    pub probes: Vec<ProbeEntry>,
+    /// In sequence order.
+    pub records: Vec<Record>,
+}
+
+/// Why a file could not be read, naming it.
+#[derive(Debug)]
+pub enum TraceError {
+    /// It breaks the format: `name: what, where, expected, found`.
+    Format(String),
+    /// Reading it failed.
+    Io { name: String, err: io::Error },
+}
+
+impl fmt::Display for TraceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TraceError::Format(message) => f.write_str(message),
+            TraceError::Io { name, err } => write!(f, "cannot read {name}: {}", reason(err)),
+        }
+    }
+}
+
+impl std::error::Error for TraceError {}
+
+/// What went wrong in a system call, in its errno's own words ("No space
+/// left on device"), as the command words every failure.
+pub fn reason(err: &io::Error) -> String {
+    let text = err.to_string();
+    match err.raw_os_error() {
+        Some(code) => text
+            .strip_suffix(&format!(" (os error {code})"))
+            .map_or_else(|| text.clone(), str::to_owned),
+        None => text,
+    }
+}
+
+impl TraceError {
+    pub fn of(name: &str, err: ReadError) -> TraceError {
+        match err {
+            ReadError::Format(err) => TraceError::Format(format!("{name}: {}", err.message())),
+            ReadError::Io(err) => TraceError::Io {
+                name: name.to_owned(),
+                err,
+            },
+        }
+    }
+}
+
+impl Trace {
+    /// Reads the file in `source`, named `name` in messages: a trace file
+    /// in one pass, a ring (its process may be writing it) at a cut, in
+    /// passes A, B and C.
+    pub fn read(source: &(impl ReadAt + ?Sized), name: &str) -> Result<Trace, TraceError> {
+        let read = scan::read(source, Pass::Live).map_err(|err| TraceError::of(name, err))?;
+        Ok(Trace {
+            name: name.to_owned(),
+            header: read.header,
+            counters: read.counters,
+            probes: read.probes,
+            records: read.records,
+        })
+    }
+
+    /// Records the process reserved (dropped ones not included), at least
+    /// those read.
+    pub fn records_total(&self) -> u64 {
+        self.counters.records.max(self.records.len() as u64)
+    }
+
+    /// Records reserved and not read: dropped (the ring or the probe table
+    /// was full), overwritten (flight mode) or being written while read.
+    pub fn lost(&self) -> u64 {
+        self.counters.dropped + self.unread()
+    }
+
+    /// Records reserved and not in the file (overwritten, or being written).
+    pub fn unread(&self) -> u64 {
+        self.records_total() - self.records.len() as u64
+    }
+
+    /// The wall-clock time (ns since the epoch) of `monotonic_ns` on the
+    /// file's clock.
+    pub fn wall_time_ns(&self, monotonic_ns: u64) -> i64 {
+        let since = monotonic_ns as i128 - i128::from(self.header.anchor_monotonic_ns);
+        (i128::from(self.header.anchor_realtime_ns) + since) as i64
+    }
+
+    /// The probe a record names (the reader checked that it is in the table).
+    pub fn probe(&self, record: &Record) -> &ProbeEntry {
+        &self.probes[record.probe as usize]
+    }
+}
