@@ -20,7 +20,9 @@ Gem::Specification.new do |spec|
     "README.md", "docs/*.md", "LICENSE", "Cargo.toml", "Cargo.lock",
     "lib/**/*.rb", "exe/*",
     "ext/static_tracing/{Cargo.toml,extconf.rb}", "ext/static_tracing/src/**/*.rs",
-    "ext/stapsdt/Cargo.toml", "ext/stapsdt/src/**/*.rs"
+    "ext/stapsdt/Cargo.toml", "ext/stapsdt/src/**/*.rs",
+    "ext/trace_report/Cargo.toml", "ext/trace_report/src/**/*.rs",
+    "ext/trace_reader/Cargo.toml", "ext/trace_reader/src/**/*.rs"
   ]
   spec.bindir = "exe"
   spec.executables = ["static-tracing"]

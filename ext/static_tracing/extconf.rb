@@ -1,9 +1,11 @@
 # frozen_string_literal: true
 
 # Writes the Makefile RubyGems (and `rake compile`) run to build the native
-# extension: a cargo build of this crate, copied to static_tracing.so.
-# There is no mkmf compilation here; the Rust side links nothing but libc,
-# and Ruby's symbols are resolved when the extension is loaded.
+# libraries: one cargo build of two crates, copied to static_tracing.so (the
+# extension the gem loads in a traced process) and trace_reader.so (the
+# reader `static-tracing` loads in its own process, with none of the gem's
+# runtime). There is no mkmf compilation here; the Rust side links nothing
+# but libc, and Ruby's symbols are resolved when a library is loaded.
 
 require "rbconfig"
 require "shellwords"
@@ -39,7 +41,7 @@ own_target = !ENV.key?("CARGO_TARGET_DIR")
 target_dir = ENV.fetch("CARGO_TARGET_DIR") { File.join(Dir.pwd, "target") }
 profile = ENV.fetch("STATIC_TRACING_CARGO_PROFILE", "release")
 profile_dir = profile == "dev" ? "debug" : profile
-built = File.join(target_dir, profile_dir, "libstatic_tracing.so")
+built = File.join(target_dir, profile_dir)
 locked = File.exist?(File.join(workspace, "Cargo.lock")) ? "--locked" : ""
 
 sh = ->(word) { Shellwords.escape(word) }
@@ -51,20 +53,21 @@ File.write("Makefile", <<~MAKE)
   sitearchdir = #{sh[RbConfig::CONFIG["sitearchdir"]]}
   RUBYARCHDIR = $(sitearchdir)/static_tracing
 
-  all: static_tracing.so
+  all: static_tracing.so trace_reader.so
 
-  static_tracing.so: FORCE
+  static_tracing.so trace_reader.so: FORCE
   \tRUBY=$(RUBY) CARGO_TARGET_DIR=#{sh[target_dir]} $(CARGO) build #{locked} --profile #{sh[profile]} \\
-  \t\t--manifest-path #{sh[File.join(workspace, "Cargo.toml")]} --package static_tracing
-  \tcp #{sh[built]} static_tracing.so
+  \t\t--manifest-path #{sh[File.join(workspace, "Cargo.toml")]} --package static_tracing --package trace_reader
+  \tcp #{sh[File.join(built, "libstatic_tracing.so")]} static_tracing.so
+  \tcp #{sh[File.join(built, "libtrace_reader.so")]} trace_reader.so
 
-  install: static_tracing.so
+  install: static_tracing.so trace_reader.so
   \tmkdir -p $(DESTDIR)$(RUBYARCHDIR)
-  \tcp static_tracing.so $(DESTDIR)$(RUBYARCHDIR)/static_tracing.so
+  \tcp static_tracing.so trace_reader.so $(DESTDIR)$(RUBYARCHDIR)/
   #{"\trm -rf #{sh[target_dir]}" if own_target}
 
   clean:
-  \trm -f static_tracing.so
+  \trm -f static_tracing.so trace_reader.so
 
   FORCE:
   .PHONY: all install clean FORCE

@@ -38,7 +38,7 @@ RSpec.describe "static-tracing when it cannot write its output", :subprocess do
 
     Dir.mktmpdir do |dir|
       trace = File.join(dir, "empty.trace")
-      File.binwrite(trace, StaticTracing::CLI::TraceFile::Writer.new.bytes(probes: [], records: []))
+      File.binwrite(trace, TraceImage.new.bytes(probes: [], records: []))
       result = run_into_full_device("report", trace)
       expect(result).to have_attributes(exitstatus: 1, stderr: "static-tracing: cannot write to stdout: #{full}\n")
     end

@@ -232,7 +232,7 @@ RSpec.describe "Files static-tracing writes", :subprocess do
 
   def empty_trace
     File.join(dir, "empty.trace").tap do |path|
-      File.binwrite(path, StaticTracing::CLI::TraceFile::Writer.new.bytes(probes: [], records: []))
+      File.binwrite(path, TraceImage.new.bytes(probes: [], records: []))
     end
   end
 

@@ -7,7 +7,7 @@ require "static_tracing/cli"
 require "tmpdir"
 
 # `static-tracing report FILE...`, run through CLI.run on trace files that
-# TraceFile::Writer writes and rings that RingImage lays out.
+# TraceImage writes and rings that RingImage lays out.
 RSpec.describe "static-tracing report" do
   let(:trace_file) { StaticTracing::CLI::TraceFile }
   let(:dir) { Dir.mktmpdir("report") }
@@ -35,10 +35,10 @@ RSpec.describe "static-tracing report" do
     latencies.each_with_index.map { |latency, number| record(index, [latency], time: start + (number * 1000)) }
   end
 
-  # A trace file holding +records+; +header+: the Writer's fields (process
+  # A trace file holding +records+; +header+: the TraceImage fields (process
   # 4321 unless it says), +counters+: records_total: and dropped:.
   def trace(name, records, probes: [index, hits, stack], header: {}, **counters)
-    writer = trace_file::Writer.new(pid: 4321, anchor_monotonic_ns: 0, anchor_realtime_ns: epoch, **header)
+    writer = TraceImage.new(pid: 4321, anchor_monotonic_ns: 0, anchor_realtime_ns: epoch, **header)
     path = File.join(dir, name)
     File.binwrite(path, writer.bytes(probes:, records:, **counters))
     path

@@ -130,32 +130,31 @@ module StaticTracing
       def follow(recorder, id)
         recorder.open_ring(write: true) do |ring|
           reader = TraceFile::RingReader.new(ring)
-          records = []
-          ended = poll_until_done(recorder, id, reader, records)
+          ended = poll_until_done(recorder, id, reader)
           stop_recording(recorder, id) unless ended == :exited
-          records.concat(reader.finish)
-          Trace.new(reader, records, ended)
+          reader.take_rest
+          Trace.new(reader, ended)
         end
       end
 
-      # What a recording produced: the reader (header fields, counters),
-      # the records read, and why it ended (:time, :interrupt, :exited).
-      Trace = Struct.new(:reader, :records, :ended)
+      # What a recording produced: the reader, which holds the records it
+      # read, and why it ended (:time, :interrupt, :exited).
+      Trace = Struct.new(:reader, :ended)
 
       # SIGTERM (kill, timeout(1), a shell's background job, where SIGINT
       # is ignored) ends the recording as Ctrl-C does.
-      def poll_until_done(recorder, id, reader, records)
+      def poll_until_done(recorder, id, reader)
         previous = Signal.trap("TERM") { raise Interrupt }
-        poll(recorder, id, reader, records)
+        poll(recorder, id, reader)
       ensure
         Signal.trap("TERM", previous || "DEFAULT")
       end
 
-      def poll(recorder, id, reader, records)
+      def poll(recorder, id, reader)
         deadline = @seconds && (monotonic + @seconds)
         renewed = monotonic
         loop do
-          records.concat(reader.poll)
+          reader.take
           return :time if deadline && monotonic >= deadline
           return :exited unless recorder.alive?
 
@@ -183,18 +182,12 @@ module StaticTracing
       end
 
       def write_trace(path, trace)
-        reader = trace.reader
-        OutputFile.write(path, replace: !@output.nil?) do |file|
-          TraceFile::Writer.like(reader).write(file, probes: reader.probes, records: trace.records,
-                                                     records_total: reader.records_total, dropped: reader.dropped)
-        end
-      rescue SystemCallError => e
-        raise Error, "cannot write #{path}: #{CLI.reason(e)}"
+        OutputFile.write(path, replace: !@output.nil?) { |file| trace.reader.write(file) }
       end
 
       def report(path, trace)
         why = { time: "", interrupt: " (interrupted)", exited: " (the process exited)" }.fetch(trace.ended)
-        out.puts("Wrote #{count(trace.records.size, "record")} to #{path}#{why}.")
+        out.puts("Wrote #{count(trace.reader.records_read, "record")} to #{path}#{why}.")
         out.puts
         Report.new(out:, err:, env:).run([path])
       end
@@ -228,16 +221,15 @@ module StaticTracing
         raise UsageError, "missing -o FILE" unless @output
 
         recorder = ProcessRecorder.new(pid)
-        trace = recorder.open_ring { |ring| TraceFile.from_io(ring, name: recorder.recording["ring"]) }
-        OutputFile.write(@output) do |file|
-          TraceFile::Writer.like(trace).write(file, probes: trace.probes, records: trace.records,
-                                                    records_total: trace.records_total, dropped: trace.dropped)
+        OutputFile.check(@output)
+        counts = nil
+        recorder.open_ring do |ring|
+          OutputFile.write(@output) { |file| counts = TraceFile.dump(ring, recorder.recording["ring"], file) }
         end
-        lost = " (#{count(trace.lost, "record")} before them lost: see static-tracing report)" if trace.lost.positive?
-        out.puts("Wrote #{count(trace.records.size, "record")} of process #{pid} to #{@output}#{lost}.")
+        records, lost = counts
+        before = " (#{count(lost, "record")} before them lost: see static-tracing report)" if lost.positive?
+        out.puts("Wrote #{count(records, "record")} of process #{pid} to #{@output}#{before}.")
         0
-      rescue SystemCallError => e
-        raise Error, "cannot write #{@output}: #{CLI.reason(e)}"
       end
     end
   end

@@ -2,10 +2,6 @@
 
 require_relative "output_file"
 require_relative "trace_file"
-require_relative "report/probe_calls"
-require_relative "report/text"
-require_relative "report/chrome_trace"
-require_relative "report/folded_stacks"
 
 module StaticTracing
   module CLI
@@ -33,16 +29,16 @@ module StaticTracing
                           its count, for flamegraph.pl
               TEXT
 
-      FORMATS = { "text" => Text, "chrome" => ChromeTrace, "folded" => FoldedStacks }.freeze
+      FORMATS = %w[text chrome folded].freeze
 
       private
 
       def define_options(parser)
-        @format = FORMATS.keys.first
+        @format = FORMATS.first
         @output = nil
         parser.on("--format FORMAT", "text (the default), chrome or folded") do |format|
-          raise UsageError, "--format must be one of #{FORMATS.keys.join(", ")}, got #{format.inspect}" unless
-            FORMATS.key?(format)
+          raise UsageError, "--format must be one of #{FORMATS.join(", ")}, got #{format.inspect}" unless
+            FORMATS.include?(format)
 
           @format = format
         end
@@ -56,8 +52,9 @@ module StaticTracing
 
         # Every file is read, and the report refuses what it cannot make
         # of them, before OUTPUT is opened: a failure leaves OUTPUT as it was.
-        report = FORMATS.fetch(@format).new(args.map { |path| TraceFile.read(path) })
-        writing { |destination| report.write(destination) }
+        traces = TraceFile.load(args)
+        traces.check(@format)
+        writing { |destination| traces.report(@format, destination) }
         0
       end
 

@@ -1,14 +1,13 @@
 # frozen_string_literal: true
 
-require "forwardable"
-
 module StaticTracing
   module CLI
     # A recorder's ring file, or a trace file (docs/recording.md), read
-    # whole: its header, its probes and the records it holds, in sequence
-    # order. A live ring (a process may be writing it) is read without ever
-    # returning a torn record; RingReader follows one as it is written, and
-    # Writer writes trace files.
+    # whole by the format's one implementation, the reader in Rust
+    # (static_tracing/trace_reader: ext/trace_report, ext/trace_reader),
+    # which the command loads without the gem's runtime. Here, for the
+    # command and for scripts, are what it read: the header's fields, the
+    # probes and the records, as Ruby values only when asked for.
     #
     #   trace = TraceFile.read("1234-4026531836.ring")
     #   trace.records.each { |record| puts "#{record.probe.label} #{record.args.inspect}" }
@@ -16,8 +15,8 @@ module StaticTracing
     #
     # Everything read from the file is checked first: a file that breaks
     # the format raises FormatError, which names the file, where and what
-    # was wrong; nothing is read past the size the file has, and nothing is
-    # allocated that the file does not hold.
+    # was wrong; nothing is read past the size the file has, and what is
+    # held follows the records the file holds, not the sizes it claims.
     class TraceFile
       # The file breaks the format: the message says where and how.
       class FormatError < Error; end
@@ -36,76 +35,164 @@ module StaticTracing
       # latency probe), +probe+ a Probe, +tid+ the thread, +args+ the values.
       Record = Struct.new(:seq, :time_ns, :probe, :tid, :args)
 
-      # The header's fields, as TraceFile, RingReader and Writer share them.
-      module Header
-        extend Forwardable
-
-        def_delegators :layout, :pid, :pid_namespace, :overwrite?, :complete?, :anchor_monotonic_ns,
-                       :anchor_realtime_ns, :max_string, :slot_count, :wall_time_ns, :probes, :dropped
-        # Records the process reserved (dropped ones not included).
-        def records_total
-          layout.records
-        end
-      end
-
-      include Header
-
       class << self
+        # The native reader (StaticTracing::TraceReader), loaded when first
+        # needed: commands that read no file never load it.
+        def reader
+          @reader ||= begin
+            require_relative "trace_reader"
+            StaticTracing::TraceReader
+          end
+        end
+
         # The file at +path+, which the user named: whoever owns it. Only a
         # regular file is read (a FIFO would block).
         def read(path)
+          open_regular(path) { |file| from_io(file, name: path) }
+        end
+
+        # Yields +path+ opened for reading once it is found a regular file.
+        def open_regular(path)
           File.open(path, File::RDONLY | File::NONBLOCK) do |file|
             stat = file.stat
             raise Error, "cannot read #{path}: it is a #{stat.ftype}, not a regular file" unless stat.file?
 
-            from_io(file, name: path)
+            yield file
           end
         rescue SystemCallError => e
           raise Error, "cannot read #{path}: #{CLI.reason(e)}"
         end
 
-        # The file open as +io+ (anything with #pread and #size), named
-        # +name+ in messages.
+        # The file open as +io+ (a File, or anything with #pread and
+        # #size), named +name+ in messages.
         def from_io(io, name: io.respond_to?(:path) ? io.path : io.inspect)
-          layout = Layout.new(io, name)
-          return new(layout, []) if layout.slot_count.zero?
+          new(reader.read(source(io), name))
+        end
 
-          new(layout, Slots.read_ring(layout).records)
+        # What the reader reads: a File's descriptor, or an object's #pread.
+        def source(io)
+          io.is_a?(IO) ? io.fileno : io
+        end
+
+        # The files at +paths+ read, for a report (TraceReader::Traces: #check
+        # refuses what a format cannot make of them, #report writes it).
+        def load(paths, opened = [])
+          return reader.load(opened.map { |file, path| [source(file), path] }) if opened.size == paths.size
+
+          path = paths[opened.size]
+          open_regular(path) { |file| load(paths, [*opened, [file, path]]) }
+        end
+
+        # What the live ring open as +ring+ (named +name+) holds now, as a
+        # trace file written to +out+ (sized to its records: the process
+        # goes on writing); [records, lost, dropped].
+        def dump(ring, name, out)
+          reader.dump(source(ring), name, out.fileno)
+        end
+
+        # Probes from the reader's [id, provider, name, types, latency_arg, stack_arg].
+        def probes_of(list)
+          list.map { |entry| Probe.new(*entry) }
+        end
+
+        # Records from the reader's [seq, time_ns, probe_id, tid, args].
+        def records_of(list, probes)
+          list.map { |seq, time_ns, probe_id, tid, args| Record.new(seq, time_ns, probes[probe_id], tid, args) }
         end
       end
 
-      attr_reader :records
-
-      def initialize(layout, records)
-        @layout = layout
-        @records = records
-        return unless records.size > records_total
-
-        layout.invalid("header field records", Layout::COUNTERS[:records],
-                       "at least the #{records.size} records the file holds", records_total)
+      # +read+: the reader's TraceReader::Trace.
+      def initialize(read)
+        @read = read
       end
 
-      # The file's name, as messages give it.
-      def name
-        layout.name
+      %i[name pid pid_namespace overwrite? complete? anchor_monotonic_ns anchor_realtime_ns max_string slot_count
+         dropped records_total lost].each do |field|
+        define_method(field) { @read.public_send(field) }
       end
 
-      # Records reserved and not read: dropped (the ring or the probe table
-      # was full), overwritten (flight mode) or being written while read.
-      def lost
-        dropped + records_total - records.size
+      def probes
+        @probes ||= self.class.probes_of(@read.probe_list)
       end
 
-      private
+      def records
+        @records ||= self.class.records_of(@read.record_list, probes)
+      end
 
-      attr_reader :layout
+      # The wall-clock time (ns since the epoch) of +time_ns+ on the file's clock.
+      def wall_time_ns(time_ns)
+        anchor_realtime_ns + time_ns - anchor_monotonic_ns
+      end
+
+      # Follows a live ring as its process writes it: each read takes the
+      # records committed since the one before, #finish what is left; the
+      # reader holds them for the trace file #write makes. Without
+      # overwrite it stores its position in the ring's tail, which lets the
+      # writer reuse the slots before it.
+      #
+      #   reader = TraceFile::RingReader.new(file) # opened read-write
+      #   loop { reader.take; sleep 0.1 }         # or #poll: the records, as Records
+      #   reader.take_rest
+      #   reader.write(output)
+      class RingReader
+        def initialize(io, name: io.respond_to?(:path) ? io.path : io.inspect)
+          @io = TraceFile.source(io)
+          @follower = TraceFile.reader::Follower.new(@io, name)
+        end
+
+        # How many records were committed since the last read; they are held.
+        def take
+          @follower.poll(@io)
+        end
+
+        # How many records the last read found, whether or not the ones
+        # before them were committed (the process exited, or it stops).
+        def take_rest
+          @follower.finish(@io)
+        end
+
+        # #take, returning the records it took as Records.
+        def poll
+          records_of_a_read { take }
+        end
+
+        # #take_rest, returning the records it took as Records.
+        def finish
+          records_of_a_read { take_rest }
+        end
+
+        # The sequence number of the next slot to read.
+        def position
+          @follower.position
+        end
+
+        def records_read
+          @follower.counts[0]
+        end
+
+        # Records reserved and not read: dropped (the ring or the probe
+        # table was full), overwritten (flight mode), or not read (yet).
+        def lost
+          @follower.counts[1]
+        end
+
+        def dropped
+          @follower.counts[2]
+        end
+
+        # Writes what was read as a trace file to +io+ (a File).
+        def write(io)
+          @follower.write(io.fileno)
+        end
+
+        private
+
+        def records_of_a_read
+          before = @follower.held_bytes
+          yield
+          TraceFile.records_of(@follower.records_after(before), TraceFile.probes_of(@follower.probe_list))
+        end
+      end
     end
   end
 end
-
-require_relative "trace_file/layout"
-require_relative "trace_file/table_entry"
-require_relative "trace_file/payload"
-require_relative "trace_file/slots"
-require_relative "trace_file/ring_reader"
-require_relative "trace_file/writer"
