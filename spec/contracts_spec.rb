@@ -67,7 +67,7 @@ RSpec.describe "Contracts between the gem and the static-tracing command", :subp
       false
     end
     canonical = accepted.map { |name| Signal.signame(Signal.list[name]) }.uniq.sort
-    expect(canonical).to eq(StaticTracing::ToggleSignals::ALLOWED.sort)
+    expect(canonical).to eq(StaticTracing::SignalRules::ALLOWED.sort)
     expect(StaticTracing::Configuration::Modes::SIGNALS.names.sort).to eq(canonical)
   end
 

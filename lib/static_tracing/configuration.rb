@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "toggle_signals"
+require_relative "signal_rules"
 
 module StaticTracing
   # When tracing turns on and off by itself.
@@ -26,15 +26,15 @@ module StaticTracing
       ALL = [ON, OFF, SIGNAL, ATTACH].freeze
 
       # The signals that may toggle tracing, as SIGNALS::SIGTRAP => "TRAP"
-      # (see ToggleSignals for why only these).
+      # (see SignalRules for why only these).
       module SIGNALS
         # Uncatchable, or used by Ruby itself.
-        RESERVED = ToggleSignals::RESERVED
+        RESERVED = SignalRules::RESERVED
 
-        ToggleSignals.names.each { |name| const_set(:"SIG#{name}", name) }
+        SignalRules.names.each { |name| const_set(:"SIG#{name}", name) }
 
         def self.names
-          ToggleSignals.names
+          SignalRules.names
         end
       end
     end
@@ -122,14 +122,14 @@ module StaticTracing
 
       def parse_signal(value, setting)
         name = signal_name(value)
-        refusal = name && ToggleSignals.refusal(name)
+        refusal = name && SignalRules.refusal(name)
         if refusal
           raise ArgumentError, "invalid #{setting} #{value.inspect}: SIG#{name} cannot toggle tracing " \
-                               "(#{refusal}); valid signals are #{ToggleSignals.listed}"
+                               "(#{refusal}); valid signals are #{SignalRules.listed}"
         end
         return name if name
 
-        raise ArgumentError, "invalid #{setting} #{value.inspect}: valid signals are #{ToggleSignals.listed}, " \
+        raise ArgumentError, "invalid #{setting} #{value.inspect}: valid signals are #{SignalRules.listed}, " \
                              "given as \"TRAP\", \"SIGTRAP\", :TRAP or a number"
       end
 

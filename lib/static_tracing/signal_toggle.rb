@@ -13,7 +13,7 @@ module StaticTracing
   # received together toggles once, an even number not at all. In a forked
   # (or daemonized) child the thread is started again.
   module SignalToggle
-    # The toggle signals (see ToggleSignals) for which Ruby installs a
+    # The toggle signals (see SignalRules) for which Ruby installs a
     # handler of its own that raises SignalException: taking one of them
     # must not chain to that handler. (Ruby handles HUP, INT, QUIT, TERM and
     # ALRM too, but none of them can be taken.)

@@ -13,7 +13,7 @@ module StaticTracing
   # For a listener, a tracepoint the recorder records counts as attached:
   # what a tracer would see, the recorder must see too.
   #
-  # Noticing an attach is native (see ext/static_tracing/src/attach_watch.rs
+  # Noticing an attach is native (see ext/static_tracing/src/semaphore_poller.rs
   # for why it polls): a thread of its own reads the semaphores every
   # half Configuration.attach_delay, without the GVL, and writes to a pipe
   # only when one changed. This thread waits on the pipe, so Ruby code runs
@@ -143,7 +143,7 @@ module StaticTracing
 
       # Called when Configuration.attach_delay changes.
       def reconfigure
-        @lock.synchronize { Native.configure_attach_watch(@pipe[1].fileno, period) if @thread }
+        @lock.synchronize { Native.configure_semaphore_poller(@pipe[1].fileno, period) if @thread }
       end
 
       # In a forked child the thread did not survive: one is started if
@@ -175,7 +175,7 @@ module StaticTracing
         return if @thread
 
         reader, writer = IO.pipe
-        Native.configure_attach_watch(writer.fileno, period)
+        Native.configure_semaphore_poller(writer.fileno, period)
         @pipe = [reader, writer]
         @thread = Thread.new { run(reader) }
         # Named here, not in the thread: a server that lists threads right

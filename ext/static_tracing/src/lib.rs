@@ -2,11 +2,11 @@
 //! `lib/static_tracing` builds the public Ruby API. The probe machinery
 //! itself (ELF stubs, loading) is the `stapsdt` crate, which knows no Ruby.
 
-mod attach_watch;
 mod gvl;
 mod internal_probes;
-mod recorder;
+mod recording;
 mod ruby_api;
+mod semaphore_poller;
 mod site_slot;
 
 use magnus::{Error, Ruby};

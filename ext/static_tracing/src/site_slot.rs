@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Written by a provider on load, reload and unload; read by `fire` and
 /// `enabled?` (with the GVL held, see the module docs of `ruby_api`) and by
-/// the attach watcher's thread (under its lock, see `attach_watch`). A stub
+/// the attach watcher's thread (under its lock, see `semaphore_poller`). A stub
 /// address of 0 means "not loaded". The atomics only make sharing the slot
 /// legal: the GVL, or the watcher's lock, orders every access.
 #[derive(Default, Debug)]

@@ -2,7 +2,7 @@
 
 require "json"
 require_relative "../process_start"
-require_relative "../toggle_signals"
+require_relative "../signal_rules"
 require_relative "process_dir"
 require_relative "private_file"
 
@@ -195,7 +195,7 @@ module StaticTracing
       end
 
       def toggle_problem(signal, number)
-        refusal = ToggleSignals.refusal(signal)
+        refusal = SignalRules.refusal(signal)
         return "it names SIG#{signal}, which static_tracing never toggles on (#{refusal})" if refusal
         return if number == Signal.list[signal]
 

@@ -3,7 +3,7 @@
 require "securerandom"
 require_relative "../recording_options"
 require_relative "output_file"
-require_relative "process_recorder"
+require_relative "control_channel"
 require_relative "trace_file"
 
 module StaticTracing
@@ -67,7 +67,7 @@ module StaticTracing
         return stop(pid) if @stop
 
         settings = recording_settings(args.drop(1))
-        recorder = ProcessRecorder.new(pid)
+        recorder = ControlChannel.new(pid)
         settings.flight ? start_flight(recorder, settings) : record(recorder, settings)
       end
 
@@ -90,7 +90,7 @@ module StaticTracing
       end
 
       def stop(pid)
-        recorder = ProcessRecorder.new(pid)
+        recorder = ControlChannel.new(pid)
         message = recorder.request("stop")
         out.puts(message == "stopped" ? "Stopped recording in process #{pid}." : "Process #{pid} was not recording.")
         0
@@ -220,7 +220,7 @@ module StaticTracing
         pid = pid_argument(args)
         raise UsageError, "missing -o FILE" unless @output
 
-        recorder = ProcessRecorder.new(pid)
+        recorder = ControlChannel.new(pid)
         OutputFile.check(@output)
         counts = nil
         recorder.open_ring do |ring|

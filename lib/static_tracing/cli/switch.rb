@@ -115,7 +115,7 @@ module StaticTracing
           "--timeout); or its own code trapped #{sent.signal_name} (Signal.trap, sigaction) after static_tracing " \
           "took it, so that the signal reaches that handler instead of static_tracing's: leave " \
           "#{sent.signal_name} to static_tracing or give it another signal (STATIC_TRACING_SIGNAL=" \
-          "#{(ToggleSignals.names - [sent.signal]).last}); or it was applied together with another one (check " \
+          "#{(SignalRules.names - [sent.signal]).last}); or it was applied together with another one (check " \
           "with #{PROGRAM} list #{pid}); run the command again to retry"
       end
 

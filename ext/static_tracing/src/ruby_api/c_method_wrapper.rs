@@ -407,3 +407,10 @@ pub fn init() {
         MAIN_RACTOR_KEY.store(key, Ordering::Relaxed);
     }
 }
+
+/// `StaticTracing::Native.define_c_wrapper`.
+pub(super) fn define_natives(native: RModule) -> Result<(), Error> {
+    use magnus::Object;
+    native.define_singleton_method("define_c_wrapper", magnus::function!(define, 6))?;
+    Ok(())
+}

@@ -1,11 +1,10 @@
-//! `StaticTracing::Native`: every private primitive `lib/` builds its public
-//! API on, defined here in one table. The functions live with the job they
-//! do (signals, frames, the watcher, ...); this file only names them for Ruby.
+//! `StaticTracing::Native`: the private primitives `lib/` builds its public
+//! API on. Each file of `ruby_api` defines those of its job
+//! (`define_natives`: signals, frames, the watcher, the recorder, ...);
+//! this one makes the module and defines the few that belong to no class.
 
-use super::{
-    c_method_wrapper, class_state, errors, frames, provider, recorder, root, signals, watcher,
-};
-use crate::{attach_watch, internal_probes};
+use super::{c_method_wrapper, class_state, frames, provider, recorder, root, signals, watcher};
+use crate::internal_probes;
 use magnus::{function, Error, Module, Object, Ruby};
 use stapsdt::names::NameKind;
 
@@ -23,10 +22,6 @@ fn name_problem(kind: String, name: String) -> Option<String> {
     stapsdt::names::validate(kind, &name)
         .err()
         .map(|err| err.to_string())
-}
-
-fn arm_signal(ruby: &Ruby, signal: i32, wake_fd: i32) -> Result<(), Error> {
-    signals::arm(signal, wake_fd).map_err(|message| errors::base_error(ruby, message))
 }
 
 pub fn init(ruby: &Ruby) -> Result<(), Error> {
@@ -49,40 +44,11 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     )?;
     native.define_singleton_method("noop", function!(noop, -1))?;
 
-    // The toggle signal.
-    native.define_singleton_method("arm_signal", function!(arm_signal, 2))?;
-    native.define_singleton_method("disarm_signal", function!(signals::disarm, 0))?;
-    native.define_singleton_method("armed_signal", function!(signals::armed, 0))?;
-    native.define_singleton_method("take_signals", function!(signals::take_received, 0))?;
-
-    // Method wrappers: the frames they read, the classes' state, C methods.
-    native.define_singleton_method("folded_stack", function!(frames::folded_stack, 3))?;
-    native.define_singleton_method("caller_self", function!(frames::caller_self, 1))?;
-    native.define_singleton_method("class_state", function!(class_state::get, 1))?;
-    native.define_singleton_method("set_class_state", function!(class_state::set, 2))?;
-    native.define_singleton_method("define_c_wrapper", function!(c_method_wrapper::define, 6))?;
-
-    // Attach mode's watcher.
-    native.define_singleton_method("watch_attach", function!(watcher::watch, 1))?;
-    native.define_singleton_method("unwatch_attach", function!(attach_watch::unwatch, 1))?;
-    native.define_singleton_method("attach_changes", function!(watcher::changes, 0))?;
-    native.define_singleton_method("configure_attach_watch", function!(watcher::configure, 2))?;
-    native.define_singleton_method("attach_poller", function!(watcher::poller, 0))?;
-
-    // The recorder and the control channel its commands come through.
-    native.define_singleton_method("recorder_start", function!(recorder::start, 3))?;
-    native.define_singleton_method("recorder_stop", function!(recorder::stop, 0))?;
-    native.define_singleton_method("recorder_arm", function!(recorder::arm, 3))?;
-    native.define_singleton_method("recorder_disarm", function!(recorder::disarm, 1))?;
-    native.define_singleton_method("recorder_trigger", function!(recorder::set_trigger, 2))?;
-    native.define_singleton_method("recorder_status", function!(recorder::status, 0))?;
-    native.define_singleton_method("recorder_dump", function!(recorder::dump, 1))?;
-    native.define_singleton_method(
-        "recorder_take_trigger",
-        function!(recorder::take_trigger, 1),
-    )?;
-    native.define_singleton_method("recorder_after_fork", function!(recorder::after_fork, 0))?;
-    native.define_singleton_method("open_control", function!(recorder::open_control, 0))?;
-    native.define_singleton_method("close_control", function!(recorder::close_control, 0))?;
+    signals::define_natives(native)?;
+    frames::define_natives(native)?;
+    class_state::define_natives(native)?;
+    c_method_wrapper::define_natives(native)?;
+    watcher::define_natives(native)?;
+    recorder::define_natives(native)?;
     Ok(())
 }

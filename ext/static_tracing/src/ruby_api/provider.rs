@@ -10,8 +10,8 @@ use super::arguments;
 use super::errors::{argument_error, base_error, provider_load_error};
 use super::root;
 use super::tracepoint::{self, Tracepoint};
-use crate::attach_watch;
 use crate::internal_probes;
+use crate::semaphore_poller;
 use crate::site_slot::SiteSlot;
 use magnus::{
     function,
@@ -70,7 +70,7 @@ impl Drop for State {
     fn drop(&mut self) {
         if let Some(image) = self.image.take() {
             let published = std::mem::take(&mut self.published);
-            attach_watch::while_images_change(|| {
+            semaphore_poller::while_images_change(|| {
                 for slot in &published {
                     slot.set(None);
                 }
@@ -309,7 +309,7 @@ impl Provider {
                 return Err(err);
             }
         };
-        let outcome = attach_watch::while_images_change(|| {
+        let outcome = semaphore_poller::while_images_change(|| {
             // Until the new image is in, no tracepoint may use the old one.
             probes.publish_sites(None);
             // SAFETY: see the module docs of `ruby_api`: we hold the GVL, so
@@ -383,7 +383,7 @@ impl Provider {
             .and_then(|spec| LoadedImage::load(&spec, &stub_dir::candidates()));
         match loaded {
             Ok((image, skipped)) => {
-                attach_watch::while_images_change(|| {
+                semaphore_poller::while_images_change(|| {
                     state.image = Some(image);
                     state.publish_sites(probes);
                 });
@@ -405,7 +405,7 @@ impl Provider {
         let probes = rb_self.probes(ruby)?;
         let mut state = rb_self.state_mut(ruby)?;
         if let Some(image) = state.image.take() {
-            attach_watch::while_images_change(|| {
+            semaphore_poller::while_images_change(|| {
                 state.publish_sites(&probes);
                 // SAFETY: see the module docs of `ruby_api`; the slots no
                 // longer point into the image, and the attach watcher waits

@@ -7,8 +7,8 @@ use super::errors::{recorder_error, type_error};
 use super::receiver::receiver;
 use super::tracepoint::Tracepoint;
 use crate::gvl::without_gvl;
-use crate::recorder::{self, NO_TRIGGER};
-use magnus::{Error, RHash, Ruby, Value};
+use crate::recording::{self, NO_TRIGGER};
+use magnus::{Error, Ruby, Value};
 use stapsdt::ring::RingConfig;
 use std::io;
 use std::os::fd::IntoRawFd;
@@ -41,18 +41,18 @@ pub(super) fn start(
     let failed = |message| recorder_error(ruby, message);
     let config = RingConfig::for_size(slots_bytes, overwrite)
         .map_err(|err| recorder_error(ruby, err.to_string()))?;
-    if recorder::is_recording() {
+    if recording::is_recording() {
         return Err(failed("a recording is running already".into()));
     }
-    let wake = recorder::keep_wake(wake_fd).map_err(failed)?;
-    let prepared = without_gvl(|| recorder::prepare(config, wake)).map_err(failed)?;
-    recorder::install(prepared).map_err(failed)
+    let wake = recording::keep_wake(wake_fd).map_err(failed)?;
+    let prepared = without_gvl(|| recording::prepare(config, wake)).map_err(failed)?;
+    recording::install(prepared).map_err(failed)
 }
 
 /// Stops the recording; its ring is unmapped and removed with the GVL
 /// released (a ring of gigabytes takes tens of milliseconds to let go of).
 pub(super) fn stop() {
-    if let Some(recording) = recorder::stop() {
+    if let Some(recording) = recording::stop() {
         without_gvl(|| drop(recording));
     }
 }
@@ -71,7 +71,7 @@ pub(super) fn arm(
     tracepoint
         .roles()
         .set(tracepoint.spec().args(), latency_arg, stack_arg);
-    recorder::with_current(|recording| {
+    recording::with_current(|recording| {
         recording.arm(
             tracepoint.mark(),
             &provider,
@@ -107,31 +107,12 @@ pub(super) fn set_trigger(
     Ok(())
 }
 
-/// The running recording's file and counters, or nil.
-pub(super) fn status(ruby: &Ruby) -> Result<Option<RHash>, Error> {
-    recorder::with_current(|recording| {
-        let counters = recording.ring().counters();
-        let hash = ruby.hash_new();
-        hash.aset(ruby.to_symbol("path"), recording.path())?;
-        hash.aset(ruby.to_symbol("file_size"), recording.file_len())?;
-        hash.aset(
-            ruby.to_symbol("slots"),
-            recording.ring().config().slot_count,
-        )?;
-        hash.aset(ruby.to_symbol("records"), counters.records)?;
-        hash.aset(ruby.to_symbol("dropped"), counters.dropped)?;
-        hash.aset(ruby.to_symbol("head"), counters.head)?;
-        Ok(hash)
-    })
-    .transpose()
-}
-
 /// `recorder_dump(path)`: what the ring holds now, as the new trace file
 /// `path` (mode 0600, never over anything, sized to its records). The copy
 /// and the write are done with the GVL released: the process's threads go
 /// on, recording too, while a large ring is copied.
 pub(super) fn dump(ruby: &Ruby, path: PathBuf) -> Result<(), Error> {
-    let recording = recorder::current().ok_or_else(|| not_recording(ruby))?;
+    let recording = recording::current().ok_or_else(|| not_recording(ruby))?;
     without_gvl(|| recording.write_snapshot(&path)).map_err(|err| {
         recorder_error(
             ruby,
@@ -159,12 +140,12 @@ fn write_reason(err: &io::Error) -> String {
 /// `[probe_id, latency_ns]` of the call that fired the trigger since the
 /// last call, or nil; no trigger fires again before `quiet_until_ns`.
 pub(super) fn take_trigger(quiet_until_ns: u64) -> Option<(u32, u64)> {
-    recorder::with_current(|recording| recording.take_trigger(quiet_until_ns)).flatten()
+    recording::with_current(|recording| recording.take_trigger(quiet_until_ns)).flatten()
 }
 
 /// In a forked child: lets go of the parent's ring.
 pub(super) fn after_fork() {
-    recorder::forget_inherited();
+    recording::forget_inherited();
 }
 
 /// `[fd, path]`: this process's control FIFO, created where its state
@@ -180,6 +161,18 @@ pub(super) fn open_control(ruby: &Ruby) -> Result<(i32, String), Error> {
         })
 }
 
-pub(super) fn close_control() {
-    stapsdt::control::close();
+/// The recorder's primitives on `StaticTracing::Native`, and the control
+/// channel its commands come through.
+pub(super) fn define_natives(native: magnus::RModule) -> Result<(), Error> {
+    use magnus::{function, Object};
+    native.define_singleton_method("recorder_start", function!(start, 3))?;
+    native.define_singleton_method("recorder_stop", function!(stop, 0))?;
+    native.define_singleton_method("recorder_arm", function!(arm, 3))?;
+    native.define_singleton_method("recorder_disarm", function!(disarm, 1))?;
+    native.define_singleton_method("recorder_trigger", function!(set_trigger, 2))?;
+    native.define_singleton_method("recorder_dump", function!(dump, 1))?;
+    native.define_singleton_method("recorder_take_trigger", function!(take_trigger, 1))?;
+    native.define_singleton_method("recorder_after_fork", function!(after_fork, 0))?;
+    native.define_singleton_method("open_control", function!(open_control, 0))?;
+    Ok(())
 }

@@ -13,6 +13,7 @@
 //! signal again chains whatever handler is there at that moment.
 
 use libc::{c_int, c_void, siginfo_t};
+use magnus::{function, Error, Object, RModule, Ruby};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -265,6 +266,19 @@ pub fn nsec() -> i64 {
 
 /// Real signals raised in this test process. The toggle state is
 /// process-wide, so the tests take turns.
+/// The toggle signal's primitives on `StaticTracing::Native`.
+pub(super) fn define_natives(native: RModule) -> Result<(), Error> {
+    native.define_singleton_method("arm_signal", function!(arm_with_error, 2))?;
+    native.define_singleton_method("disarm_signal", function!(disarm, 0))?;
+    native.define_singleton_method("armed_signal", function!(armed, 0))?;
+    native.define_singleton_method("take_signals", function!(take_received, 0))?;
+    Ok(())
+}
+
+fn arm_with_error(ruby: &Ruby, signal: i32, wake_fd: i32) -> Result<(), Error> {
+    arm(signal, wake_fd).map_err(|message| super::errors::base_error(ruby, message))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,7 @@ use super::provider::Provider;
 use super::receiver::{self, receiver};
 use super::root;
 use super::signals::nsec;
-use crate::recorder::{Mark, NO_TRIGGER};
+use crate::recording::{Mark, NO_TRIGGER};
 use crate::site_slot::SiteSlot;
 use magnus::rb_sys::AsRawValue;
 use magnus::{

@@ -269,14 +269,6 @@ impl Recording {
         self.file.ring()
     }
 
-    pub fn path(&self) -> String {
-        self.file.path().display().to_string()
-    }
-
-    pub fn file_len(&self) -> usize {
-        self.file.len()
-    }
-
     /// Adds a probe to the ring's table and marks `mark` with it; returns
     /// its id, or None when the table is full: the probe's calls are then
     /// counted as dropped.

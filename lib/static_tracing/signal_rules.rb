@@ -9,7 +9,7 @@ module StaticTracing
   # A toggle signal must be one nothing sends on its own: each arrival
   # flips tracing, so a signal the kernel or a terminal sends by itself would
   # flip it at random, and one that stops the process would no longer stop it.
-  module ToggleSignals
+  module SignalRules
     # Those no part of the system sends by itself, in number order.
     ALLOWED = %w[TRAP USR1 USR2].freeze
 

@@ -13,7 +13,7 @@ module StaticTracing
     # its answers come back in its state file, and its ring is read where
     # the state file says it is. Nothing is opened but next to the state
     # file, and only files PrivateFile would trust (a FIFO for the channel).
-    class ProcessRecorder
+    class ControlChannel
       REQUEST_FORMAT = 1
       REPLY_TIMEOUT = 5.0
       POLL_INTERVAL = 0.02
