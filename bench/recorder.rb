@@ -104,12 +104,11 @@ module Bench
       StaticTracing::Recorder.stop
     end
 
+    # The ring's own counts, read as the command reads them.
     def counters(path)
       require "static_tracing/cli"
-      File.open(path) do |file|
-        layout = StaticTracing::CLI::TraceFile::Layout.new(file, path)
-        { records: layout.records, dropped: layout.dropped, slots: layout.slot_count }
-      end
+      trace = StaticTracing::CLI::TraceFile.read(path)
+      { records: trace.records_total, dropped: trace.dropped, slots: trace.slot_count }
     end
 
     def per_call_subjects
@@ -261,3 +260,4 @@ end
 
 require_relative "recorder/idle"
 require_relative "recorder/ring"
+require_relative "recorder/reading"

@@ -43,8 +43,18 @@ module Bench
       "latency_armed" => ["StaticTracing.latency(name:, provider:) { }, on, no tracer", false],
       "tracepoint_unattached" => ["StaticTracing.tracepoint(...) { }, no tracer", false]
     }.freeze
-    # `static-tracing report` reading a million one-Integer records.
-    REPORT_MILLION_S = 2.0
+    # `static-tracing report` of a million one-Integer records: what it
+    # costs beyond a report of 1,000, in start-ups of the command (its
+    # --version, the same rounds); the CPU time it aims at.
+    REPORT_OVER_STARTUP = 2.0
+    REPORT_MILLION_CPU_S = 0.3
+    # Ten files of a million records each in one report; a million in
+    # Chrome's format.
+    REPORT_MERGED_S = 3.0
+    REPORT_CHROME_S = 1.0
+    # `static-tracing dump` of an idle 16 MiB flight ring, beyond the
+    # command's start-up (its memory's bound is the reading table's).
+    DUMP_IDLE_MS = 50.0
     # The longest a thread calling a recorded method waits, in the worst
     # round, while a large ring starts or is snapshotted, for anything but
     # a CPU (the machine's other work makes those waits, not the recorder).
@@ -63,8 +73,10 @@ module Bench
     }.freeze
     # Figures the recorder is asked to report: id => [what, section, row, field, unit].
     RECORDER_INFORMATION = {
-      "recorder.report_dump" => ["static-tracing report, 1,000,000 records of a dump", :recorder_ring,
-                                 "ring.report_dump", :seconds, "s"],
+      "recorder.report_live" => ["static-tracing report, 1,000,000 records of a live ring", :recorder_reading,
+                                 "reading.report_live", :seconds, "s"],
+      "recorder.dump_full" => ["static-tracing dump of a 16 MiB flight ring holding 500,000 records, beyond " \
+                               "start-up", :recorder_reading, "reading.dump_full", :over_startup_ms, "ms"],
       "recorder.fire_int_string" => ["recorded fire(Integer, String)", :recorder, "fire_int_string.recorded",
                                      :ns_per_call, "ns/call"],
       "recorder.latency_block" => ["recorded StaticTracing.latency(name:, provider:) { }", :recorder,
@@ -109,7 +121,7 @@ module Bench
                              "<= #{BOOT_1000_MS.to_i} ms") { boot },
          target("attach.wrap", "attach mode, #{Attach::CALLERS} threads calling: (un)wrapped after a semaphore " \
                                "change <= attach_delay (median)") { wrap }] +
-        recorder_rows + stall_rows + block_rows
+        recorder_rows + reading_rows + stall_rows + block_rows
     end
 
     # Block probes against a method that yields the same block.
@@ -136,15 +148,33 @@ module Bench
            [value(:recorder_idle, path, :ratio), IDLE, "x never started (against its twin)", nil]
          end
        end,
-       target("recorder.report", "static-tracing report, 1,000,000 records of a live ring < " \
-                                 "#{REPORT_MILLION_S.to_i} s") do
-         [value(:recorder_ring, "ring.report_live", :seconds), REPORT_MILLION_S,
-          "s (#{value(:recorder_ring, "ring.report_live", :clock)})",
-          { cpu_s: value(:recorder_ring, "ring.report_live", :cpu_s),
-            wall_s: value(:recorder_ring, "ring.report_live", :wall_s) }]
-       end,
        *RECORDER_INFORMATION.map do |id, (name, *field, unit)|
          target(id, "#{name} (information)") { [value(*field), nil, unit, nil] }
+       end]
+    end
+
+    # The recorder's files read by the command (bench/recorder/reading.rb),
+    # each held to figures of the same rounds.
+    def reading_rows
+      [target("recorder.report", "static-tracing report, 1,000,000 records: its cost beyond 1,000 records' " \
+                                 "<= #{REPORT_OVER_STARTUP.to_i}x the command's start-up") { report_over_startup },
+       target("recorder.report_cpu", "static-tracing report, 1,000,000 records: CPU time < " \
+                                     "#{REPORT_MILLION_CPU_S} s (the aim)") do
+         [reading(:report_dump, :cpu_s), REPORT_MILLION_CPU_S, "s CPU", { wall_s: reading(:report_dump, :wall_s) }]
+       end,
+       target("recorder.report_merged", "10 files of 1,000,000 records each in one report < " \
+                                        "#{REPORT_MERGED_S.to_i} s") { reading_seconds(:report_merged) },
+       target("recorder.report_chrome", "report --format chrome of 1,000,000 records < " \
+                                        "#{REPORT_CHROME_S.to_i} s") { reading_seconds(:report_chrome) },
+       target("recorder.dump_idle", "static-tracing dump of an idle 16 MiB flight ring < #{DUMP_IDLE_MS.to_i} ms " \
+                                    "beyond the command's start-up") do
+         [reading(:dump_idle, :over_startup_ms), DUMP_IDLE_MS, "ms (#{reading(:dump_idle, :clock)})",
+          { cpu_ms: reading(:dump_idle, :cpu_ms), wall_ms: reading(:dump_idle, :wall_ms),
+            startup_cpu_ms: reading(:dump_startup, :cpu_ms), startup_wall_ms: reading(:dump_startup, :wall_ms) }]
+       end,
+       *{ idle: "an idle 16 MiB flight ring", full: "a 16 MiB flight ring holding 500,000 records" }.map do |key, what|
+         target("recorder.dump_#{key}_memory", "static-tracing dump of #{what}: peak memory <= 2x the file it " \
+                                               "writes + the start-up's + 8 MiB") { dump_memory(key) }
        end]
     end
 
@@ -276,6 +306,27 @@ module Bench
       end
       [(row[:records] - row[:calls]).abs + row.values_at(:lost, :missing, :repeated, :outside).sum, 0,
        "records wrong of #{Table::FORMATS[:int].call(row[:calls])}", row]
+    end
+
+    def reading(row, field) = value(:recorder_reading, "reading.#{row}", field)
+
+    # The row's seconds by the reading table's clock, with both clocks.
+    def reading_seconds(row)
+      limit = { report_merged: REPORT_MERGED_S, report_chrome: REPORT_CHROME_S }.fetch(row)
+      [reading(row, :seconds), limit, "s (#{reading(row, :clock)})",
+       { cpu_s: reading(row, :cpu_s), wall_s: reading(row, :wall_s) }]
+    end
+
+    def report_over_startup
+      [reading(:report_dump, :over_thousand_ratio), REPORT_OVER_STARTUP, "x start-up (#{reading(:startup, :clock)})",
+       { million_s: reading(:report_dump, :seconds), thousand_s: reading(:report_thousand, :seconds),
+         beyond_thousand_s: reading(:report_dump, :over_thousand_s), startup_s: reading(:startup, :seconds) }]
+    end
+
+    def dump_memory(key)
+      row = :"dump_#{key}"
+      [reading(row, :peak_mib), reading(row, :memory_limit_mib), "MiB peak",
+       { file_bytes: reading(row, :file_bytes), startup_peak_mib: reading(:dump_startup, :peak_mib) }]
     end
 
     def reload_one

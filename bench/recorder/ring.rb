@@ -3,9 +3,8 @@
 module Bench
   class Recorder
     # The ring: threads recording into one at once, every record read back
-    # by another process; `static-tracing report` reading a million
-    # records, from the live ring and from its dump; and what a ring of
-    # each default size takes.
+    # by another process, and what a ring of each default size takes; the
+    # files it makes, read by the command (Reading).
     class Ring
       PROVIDER = :bench_recorder_ring
       PATTERNS = ["#{PROVIDER}:*".freeze].freeze
@@ -13,11 +12,11 @@ module Bench
       CALLS = 1_000_000
       # 2^20 slots: room for CALLS one-slot records, without flight.
       SIZE = "32M"
+      # The smallest ring: room for the small traces' records.
+      SMALL_SIZE = "64K"
       # Each thread passes the GVL on this often, so that the threads'
       # records interleave in the ring.
       PASS_EVERY = 1_000
-      REPORT_ROUNDS = 3
-      EXE = File.join(ROOT, "exe", "static-tracing")
       READ_BACK = File.join(__dir__, "read_back.rb")
       MIB = 1024.0 * 1024
       COUNT = Table::FORMATS[:int]
@@ -30,19 +29,26 @@ module Bench
       end
 
       def run
-        table = @group.add_table(:recorder_ring, "The ring: threads, reading back, memory",
-                                 params: { threads: THREADS, calls: CALLS, size: SIZE, report_rounds: REPORT_ROUNDS },
+        table = @group.add_table(:recorder_ring, "The ring: threads, memory",
+                                 params: { threads: THREADS, calls: CALLS, size: SIZE },
                                  measurement: "measurement", value: ["value", :auto], unit: "unit",
                                  detail: "detail")
+        reading = Reading.new(@group)
+        traces = { empty: small_trace(0), thousand: small_trace(Reading::THOUSAND),
+                   million: @group.file("recorder-report.trace") }
         status = StaticTracing::Recorder.start(probes: PATTERNS, flight: false, size: SIZE)
         begin
           table.row(threads_row(status["ring"]))
-          report_rows(status["ring"]).each { |row| table.row(row) }
+          dump(traces[:million])
+          reading.reports(traces.merge(live: status["ring"]))
         ensure
           StaticTracing::Recorder.stop
         end
         [false, true].each { |flight| table.row(memory_row(flight)) }
         notes(table)
+        read(reading, traces[:million])
+      ensure
+        FileUtils.rm_f(traces.values) if traces
       end
 
       private
@@ -52,10 +58,6 @@ module Bench
                    "(each passes it every #{PASS_EVERY} calls), so their records interleave in the ring, but no " \
                    "two are written at the same instant; records read back by a separate Ruby process " \
                    "(TraceFile.read, as static-tracing reads)")
-        table.note("report: `static-tracing report FILE` run to its end, Ruby's start included, in " \
-                   "#{CLOCK == "wall" ? "wall time" : "CPU time (user + system)"}, the median of #{REPORT_ROUNDS} " \
-                   "interleaved rounds after a warm-up; its output said #{CALLS} records, none lost, each time " \
-                   "unless a WARNING says otherwise")
         table.note("memory: the ring file is allocated whole when recording starts (fallocate); resident: the " \
                    "mapping's Rss in /proc/self/smaps after one lap of one-slot records")
       end
@@ -92,46 +94,29 @@ module Bench
         JSON.parse(output.lines.last, symbolize_names: true)
       end
 
-      # The live ring, and a dump of it, read by the command, in
-      # interleaved rounds (the first a warm-up): the command's CPU time
-      # (user and system, as its rusage counts it), or with BENCH_CLOCK=wall
-      # its wall time, which the reference host's other jobs inflate; both
-      # are kept.
-      def report_rows(ring)
-        dump = @group.file("recorder-report.trace")
-        FileUtils.rm_f(dump)
-        StaticTracing::Recorder.dump(dump)
-        files = { "ring.report_live" => ["live ring", ring], "ring.report_dump" => ["trace file (its dump)", dump] }
-        @warnings = []
-        times = Bench.interleave(files.transform_values { |_, path| -> { report_times(path) } }, rounds: REPORT_ROUNDS)
-        files.map { |id, (what, _)| report_row(id, what, times[id]) }
+      # The reading rows that need no recording of this process's.
+      def read(reading, million)
+        reading.merge(million)
+        reading.dumps
+        reading.notes
       end
 
-      def report_row(id, what, times)
-        cpu, wall = times.transpose
-        clock = CLOCK == "wall" ? "wall time" : "CPU time"
-        seconds = CLOCK == "wall" ? wall : cpu
-        low, high = seconds.minmax
-        warning = "; WARNING: #{@warnings.uniq.join("; ")}" if @warnings.any?
-        { id:, measurement: "static-tracing report, #{COUNT.call(CALLS)} one-Integer records, #{what}",
-          value: Bench.median(seconds), unit: "s", seconds: Bench.median(seconds), clock:, cpu_s: Bench.median(cpu),
-          wall_s: Bench.median(wall), cpu_samples_s: cpu.map { _1.round(3) }, wall_samples_s: wall.map { _1.round(3) },
-          detail: format("%<clock>s %<low>.2f..%<high>.2f s; wall time %<wall>.2f s%<warning>s",
-                         clock:, low:, high:, wall: Bench.median(wall), warning:) }
+      # A trace file of +records+ one-Integer records of the same probe as
+      # the threads', from a recording of its own.
+      def small_trace(records)
+        path = @group.file("recorder-report-#{records}.trace")
+        StaticTracing::Recorder.start(probes: PATTERNS, flight: false, size: SMALL_SIZE)
+        records.times { |value| @tracepoint.fire(value) }
+        dump(path)
+      ensure
+        StaticTracing::Recorder.stop
       end
 
-      # [CPU seconds, wall seconds] of one run of the command on +path+.
-      def report_times(path)
-        output = nil
-        before = Process.times
-        ns = Bench.time_ns do
-          output = Bench.run_command(RbConfig.ruby, EXE, "report", path,
-                                     log: @group.file("recorder-report.log"), timeout: 120)
-        end
-        after = Process.times
-        @warnings << "the report did not say #{CALLS} records, none lost" unless
-          output.include?("#{CALLS} records") && output.include?("none lost")
-        [after.cutime + after.cstime - before.cutime - before.cstime, ns / 1e9]
+      # What the recording holds now, as a trace file at +path+.
+      def dump(path)
+        FileUtils.rm_f(path)
+        StaticTracing::Recorder.dump(path)
+        path
       end
 
       # A recording of the default size (flight or not): the file, what is
