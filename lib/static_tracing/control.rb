@@ -129,7 +129,8 @@ module StaticTracing
       def carry_out(action, id, request)
         case action
         when "record"
-          Recorder.start_for_command(id, request["settings"], lease(request["lease"]))
+          Recorder.start_for_command(id, request["settings"], lease(request["lease"]),
+                                     wait_for_probes: request["wait_for_probes"] == true)
           "recording"
         when "renew"
           Recorder.renew(id)

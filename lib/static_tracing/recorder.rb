@@ -3,6 +3,7 @@
 require "securerandom"
 require_relative "recording_options"
 require_relative "recorder/snapshots"
+require_relative "recorder/request_checks"
 
 module StaticTracing
   # The recorder: the same probes a tracer attaches to, recorded by the
@@ -108,10 +109,13 @@ module StaticTracing
       # For Control: starts the recording a command asked for (+settings+
       # as Settings#to_h sent them), which stops by itself +lease+ seconds
       # after the last #renew, if a lease is given (a command that follows
-      # the ring renews it; a flight recording has none).
-      def start_for_command(id, settings, lease)
+      # the ring renews it; a flight recording has none). Unless
+      # +wait_for_probes+, a pattern or trigger that names no probe the
+      # process has is refused (RequestChecks).
+      def start_for_command(id, settings, lease, wait_for_probes: false)
         lease = Float(lease) if lease
-        begin_recording(RecordingOptions.from_h(settings), id:, by: :command, lease:)
+        begin_recording(RecordingOptions.from_h(settings), id:, by: :command, lease:,
+                                                           check_probes: !wait_for_probes)
       end
 
       # For Control: the command following recording +id+ is still there.
@@ -205,9 +209,11 @@ module StaticTracing
       # The ring's file is made outside the lock (and without the GVL):
       # a large ring takes seconds to reserve, and the process's threads
       # go on meanwhile, declaring probes too.
-      def begin_recording(settings, id:, by:, lease: nil)
+      def begin_recording(settings, id:, by:, lease: nil, check_probes: false)
         reserve_start
         begin
+          settings = Snapshots.checked_directory(settings)
+          RequestChecks.check(settings) if check_probes
           path = Native.recorder_start(settings.ring_size, settings.flight, Watcher.wake_fd)
           @lock.synchronize do
             install(Recording.new(id:, by:, settings:, path:, armed: {}.compare_by_identity, dumps: [],

@@ -111,7 +111,8 @@ RSpec.describe "Recording a live process with static-tracing", :subprocess do
     it "keeps the newest records after many wraparounds and says how many were lost" do
       result = run_cli("record", app.pid, "--flight", "--size", "64K")
       expect(result.exitstatus).to eq(0), result.stderr
-      expect(result.stdout).to include("Process #{app.pid} keeps a flight recording of 3 probes (every probe)")
+      expect(result.stdout).to include("Process #{app.pid} keeps a flight recording of 3 probes " \
+                                       "(every probe, and any declared later)")
       app.evaluate("fire(20_000)")
 
       trace = File.join(dir, "flight.trace")

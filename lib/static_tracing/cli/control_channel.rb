@@ -68,6 +68,28 @@ module StaticTracing
         raise Error, "refusing the ring #{ring} of process #{pid}: #{e.message}"
       end
 
+      # Why the process could not create files in the directory +dir+ (a
+      # path as it sees it), or nil when it could, as far as its uid and
+      # groups and the directory's mode tell: the process checks again.
+      def directory_problem(dir)
+        reached = process.process.reach(dir)
+        stat = process.process.guard(reached) { File.stat(reached) }
+        return "it is not a directory" unless stat.directory?
+
+        # As root, only a read-only file system makes access(2) refuse.
+        return "it is on a read-only file system" if ::Process.euid.zero? && !File.writable?(reached)
+
+        uid, groups = process.process.credentials
+        return if may_create_files?(reached, stat, uid, groups)
+
+        "uid #{uid}, which process #{pid} runs as, may not create files in it (mode " \
+          "#{format("%04o", stat.mode & 0o7777)}, owner #{stat.uid}, group #{stat.gid})"
+      rescue Errno::ENOENT, Errno::ENOTDIR
+        "it does not exist"
+      rescue SystemCallError => e
+        CLI.reason(e)
+      end
+
       # Reads the state again; returns it.
       def refresh
         @state = process.read || @state
@@ -81,6 +103,25 @@ module StaticTracing
 
       def uid
         process.uid
+      end
+
+      # Not run as root, the command runs as the process's uid (or could
+      # not have opened its state file): access(2) then answers for it.
+      def may_create_files?(reached, stat, uid, groups)
+        return true if uid.zero?
+
+        permits?(stat, uid, groups) && (::Process.euid.zero? || (File.writable?(reached) && File.executable?(reached)))
+      end
+
+      # Whether the mode bits let +uid+ (in +groups+) write and search a
+      # directory.
+      def permits?(stat, uid, groups)
+        shift = if stat.uid == uid
+                  6
+                else
+                  groups.include?(stat.gid) ? 3 : 0
+                end
+        (stat.mode >> shift) & 0o3 == 0o3
       end
 
       def described

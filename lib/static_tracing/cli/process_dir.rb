@@ -46,13 +46,21 @@ module StaticTracing
       end
 
       def status_field(name)
-        read("status")[/^#{name}:\s*(.*)$/, 1]
+        read("status")[/^#{name}:[ \t]*(.*)$/, 1]
       end
 
       # The effective uid the process runs as, as this process's user
       # namespace sees it (files it owns show the same uid here).
       def uid
         @uid ||= Integer(status_field("Uid").split[1], 10)
+      end
+
+      # [uid, gids] the kernel checks the process's file accesses with:
+      # its file-system uid, and its file-system gid with its groups.
+      def credentials
+        uid = Integer(status_field("Uid").split[3], 10)
+        gids = [status_field("Gid").split[3], *status_field("Groups").to_s.split].map { |gid| Integer(gid, 10) }
+        [uid, gids]
       end
 
       # The pid the process sees itself as: in a container, its pid in its

@@ -15,21 +15,25 @@ module StaticTracing
     # `record PID --stop` ends it).
     class Record < Command
       command "record",
-              arguments: "PID [PROBE-PATTERN...] [--seconds N] [-o FILE] [--flight [--size SIZE] " \
+              arguments: "PID [PROBE-PATTERN...] [--seconds N] [-o FILE] [--wait-for-probes] [--flight [--size SIZE] " \
                          "[--dump-when TRIGGER]] [--stop]",
               summary: "Record a process's probes in the process itself: no root, no BPF",
               description: <<~TEXT.chomp
                 Has process PID record the calls of its probes into a ring next to its stubs, and reads
                 them from there: no root, no capability, no BPF; run it as the process's user or root.
                 PROBE-PATTERN is provider:probe or provider, with * and ? as wildcards (every probe when
-                none is given). Only the probes named are armed, and nothing is left armed afterwards.
+                none is given), and those declared later that a pattern names. A pattern that names no
+                probe the process has is refused as a typo, with the list of its probes, unless
+                --wait-for-probes says to wait for probes the application has yet to declare. Only the
+                probes named are armed, and nothing is left armed afterwards.
 
                 Without --flight, follows the ring for N seconds (or until Ctrl-C), then stops the
                 recording, writes the trace file (-o FILE, or static-tracing-PID-TIME.trace here) and
                 prints its report (see static-tracing report). With --flight, the process keeps the
                 newest records in its ring until static-tracing record PID --stop; static-tracing dump
                 PID -o FILE writes what it holds. --dump-when 'my_controller:show > 250ms' has the process
-                write such a snapshot itself when a call is slower than that (flight mode).
+                write such a snapshot itself when a call is slower than that (flight mode), into
+                --dump-dir: a directory the process's user may write to, relative to here if relative.
               TEXT
 
       DEFAULT_SECONDS = nil
@@ -47,9 +51,12 @@ module StaticTracing
         @seconds = DEFAULT_SECONDS
         @output = nil
         @stop = false
+        @wait_for_probes = false
         parser.on("--seconds N", "Record for N seconds (default: until Ctrl-C)") { |value| @seconds = seconds(value) }
         parser.on("-o", "--output FILE", "Write the trace file to FILE") { |path| @output = path }
         RecordingOptions.define(parser, @values)
+        parser.on("--wait-for-probes", "Accept patterns (and a --dump-when) that match no probe yet: record " \
+                                       "the probes declared later that match") { @wait_for_probes = true }
         parser.on("--stop", "Stop the process's recording (a flight recorder), and nothing else") { @stop = true }
       end
 
@@ -68,11 +75,29 @@ module StaticTracing
 
         settings = recording_settings(args.drop(1))
         recorder = ControlChannel.new(pid)
+        check_dump_dir(recorder, settings)
         settings.flight ? start_flight(recorder, settings) : record(recorder, settings)
       end
 
+      # The process checks its dump directory again; checked here too, the
+      # mistake is said before anything starts, in the words of the command.
+      def check_dump_dir(recorder, settings)
+        dir = settings.dump_dir or return
+        problem = recorder.directory_problem(dir) or return
+
+        raise Error, "process #{recorder.pid} could not write snapshots into #{dir}: #{problem} (--dump-dir)"
+      end
+
+      # What every record request carries besides its settings.
+      def request_fields(settings)
+        { settings: settings.to_h, wait_for_probes: @wait_for_probes }
+      end
+
       # Options that only make sense together are refused apart.
+      # A relative --dump-dir is the command's, not the process's: it is
+      # made absolute here, before the process sees it.
       def recording_settings(patterns)
+        absolute_dump_dir
         settings = RecordingOptions.settings(probes: patterns, **@values)
         trigger_only = @values.keys & %i[dump_dir dump_interval max_dumps]
         if settings.dump_when.nil? && !trigger_only.empty?
@@ -89,6 +114,11 @@ module StaticTracing
         raise UsageError, e.message
       end
 
+      def absolute_dump_dir
+        dump_dir = @values[:dump_dir]
+        @values[:dump_dir] = File.expand_path(dump_dir) if dump_dir.is_a?(String) && !dump_dir.empty?
+      end
+
       def stop(pid)
         recorder = ControlChannel.new(pid)
         message = recorder.request("stop")
@@ -97,7 +127,7 @@ module StaticTracing
       end
 
       def start_flight(recorder, settings)
-        recorder.request("record", settings: settings.to_h)
+        recorder.request("record", **request_fields(settings))
         status = recorder.recording
         slots = status["size"] / RecordingOptions::SLOT_SIZE
         out.puts("Process #{recorder.pid} keeps a flight recording of #{count(status["armed"], "probe")} " \
@@ -108,14 +138,16 @@ module StaticTracing
         0
       end
 
+      # What the patterns name: the process also arms a probe declared
+      # after the start that they match.
       def patterns(settings)
-        settings.probes.empty? ? "every probe" : settings.probes.join(", ")
+        "#{settings.probes.empty? ? "every probe" : settings.probes.join(", ")}, and any declared later"
       end
 
       def record(recorder, settings)
         id = SecureRandom.hex(8)
         OutputFile.check(@output || default_output(recorder.pid), replace: !@output.nil?)
-        recorder.request("record", id:, settings: settings.to_h, lease: LEASE)
+        recorder.request("record", id:, lease: LEASE, **request_fields(settings))
         status = recorder.recording
         err.puts("Recording #{count(status["armed"], "probe")} (#{patterns(settings)}) in process #{recorder.pid}" \
                  "#{@seconds ? " for #{format("%g", @seconds)}s" : ""} (Ctrl-C to stop)...")

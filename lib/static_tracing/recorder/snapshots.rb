@@ -37,6 +37,32 @@ module StaticTracing
         last
       end
 
+      # +settings+ with their dump directory made absolute (the process's
+      # working directory may change while it records) and checked: a
+      # snapshot that cannot be written is found out now, not at the slow
+      # call it was for. RecorderError says why.
+      def checked_directory(settings)
+        dir = settings.dump_dir or return settings
+
+        dir = File.expand_path(dir)
+        problem = directory_problem(dir)
+        raise RecorderError, "cannot write snapshots into #{dir}: #{problem}" if problem
+
+        settings.dup.tap { |checked| checked.dump_dir = dir }
+      end
+
+      def directory_problem(dir)
+        stat = File.stat(dir)
+        return "it is not a directory" unless stat.directory?
+        return if File.writable?(dir) && File.executable?(dir)
+
+        "uid #{Process.euid} may not create files in it"
+      rescue Errno::ENOENT
+        "it does not exist"
+      rescue SystemCallError => e
+        SystemCallError.new(nil, e.errno).message
+      end
+
       # Where a trigger's snapshots go.
       def directory(settings)
         settings.dump_dir || (State.path && File.dirname(State.path)) or
