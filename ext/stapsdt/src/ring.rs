@@ -1,12 +1,15 @@
 //! The recorder's ring (docs/recording.md): records of probe firings, in
 //! memory the caller maps from a file that another process reads as it is
-//! written. Nothing here does I/O or reads a clock: the caller passes the
-//! memory, the times and the thread ids.
+//! written. The writer does no I/O and reads no clock: the caller passes the
+//! memory, the times and the thread ids; the reader reads files through
+//! [`scan::ReadAt`], from a descriptor or from bytes in memory.
 //!
 //! - [`format`]: every offset, constant and encoding of the format;
 //! - [`Ring`]: the writer, lock-free and allocation-free on its hot paths,
 //!   and [`Ring::snapshot`], a consistent copy of it as a trace file;
-//! - [`parse`]: a ring or trace file's bytes read back and checked.
+//! - [`scan`]: the format's one reader: a ring or trace file read from
+//!   wherever its bytes are, a window of slots at a time, every byte checked
+//!   (the checks are `reader`'s), and [`parse`], its reading of bytes in memory.
 //!
 //! ```
 //! use stapsdt::ring::{parse, Arg, Ring, RingConfig, Value};
@@ -35,10 +38,11 @@ pub mod scan;
 mod snapshot;
 mod writer;
 
-pub use format::{Counters, Header, MAX_STRING};
-pub use reader::{parse, FormatError, ProbeEntry, Record, Trace, Value};
+pub use format::{Arg, Counters, Header, ProbeEntry, Value, MAX_STRING};
+pub use reader::{FormatError, Record, Trace};
+pub use scan::parse;
 pub use writer::{
-    Arg, ConfigError, Ring, RingConfig, TableError, DEFAULT_TABLE_CAPACITY, MAX_SLOTS_BYTES,
+    ConfigError, Ring, RingConfig, TableError, DEFAULT_TABLE_CAPACITY, MAX_SLOTS_BYTES,
     MAX_TABLE_CAPACITY, MIN_SLOTS_BYTES,
 };
 

@@ -27,6 +27,8 @@ impl ProbeSite {
         let semaphore =
             unsafe { AtomicU16::from_ptr(std::ptr::with_exposed_provenance_mut(self.semaphore)) }
                 .load(Ordering::Relaxed);
+        // SAFETY: the image is loaded for the length of the call (the
+        // caller's guarantee), which is what site_is_nop asks.
         semaphore > 0 || !unsafe { self.site_is_nop() }
     }
 

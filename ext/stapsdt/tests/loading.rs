@@ -436,10 +436,8 @@ fn loader_name(address: usize) -> String {
     // SAFETY: an all-zero Dl_info is a valid out-parameter.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr only reads the loader's tables for a mapped address.
-    assert_ne!(
-        unsafe { libc::dladdr(address as *const libc::c_void, &mut info) },
-        0
-    );
+    let found = unsafe { libc::dladdr(address as *const libc::c_void, &mut info) };
+    assert_ne!(found, 0);
     // SAFETY: dli_fname is the loader's NUL-terminated name of the object.
     unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }
         .to_str()

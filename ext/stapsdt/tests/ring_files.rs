@@ -119,10 +119,8 @@ fn with_file_size_limit<R>(bytes: u64, f: impl FnOnce() -> R) -> R {
         rlim_max: 0,
     };
     // SAFETY: valid out-pointer.
-    assert_eq!(
-        unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut saved) },
-        0
-    );
+    let got = unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut saved) };
+    assert_eq!(got, 0);
     let limited = libc::rlimit {
         rlim_cur: bytes,
         rlim_max: saved.rlim_max,

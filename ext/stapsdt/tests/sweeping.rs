@@ -35,11 +35,9 @@ fn hold(path: &Path) -> File {
     let mut lock: libc::flock = unsafe { std::mem::zeroed() };
     lock.l_type = libc::F_RDLCK as libc::c_short;
     lock.l_whence = libc::SEEK_SET as libc::c_short;
-    // SAFETY: F_OFD_SETLK reads the struct.
-    assert_eq!(
-        unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &lock) },
-        0
-    );
+    // SAFETY: F_OFD_SETLK reads the struct, which outlives the call.
+    let locked = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &lock) };
+    assert_eq!(locked, 0);
     file
 }
 

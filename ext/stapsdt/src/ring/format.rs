@@ -642,6 +642,75 @@ pub(crate) fn quoted(bytes: &[u8]) -> String {
     out
 }
 
+// The values a record carries, and the probes that name them: what the
+// writer takes, the reader gives back and the table describes.
+
+/// An argument of a record.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Arg<'a> {
+    Int(i64),
+    Float(f64),
+    /// Cut at `MAX_STRING` bytes, keeping the first ones.
+    Str(&'a [u8]),
+}
+
+/// An entry of the probe table; its id is its index.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeEntry {
+    pub id: u32,
+    pub provider: String,
+    pub name: String,
+    pub types: Vec<ArgType>,
+    pub latency_arg: Option<u8>,
+    pub stack_arg: Option<u8>,
+}
+
+impl ProbeEntry {
+    /// `provider:name(Integer, String)`, as messages show a probe.
+    pub(super) fn described(&self) -> String {
+        let types: Vec<&str> = self.types.iter().map(|&t| type_name(t)).collect();
+        format!(
+            "probe {}:{}({})",
+            self.provider,
+            self.name,
+            types.join(", ")
+        )
+    }
+}
+
+/// An argument's value as read back.
+#[derive(Clone, Debug)]
+pub enum Value {
+    Int(i64),
+    Float(f64),
+    Str(Vec<u8>),
+}
+
+/// Floats compare by their bits: a NaN written is the NaN read.
+impl PartialEq for Value {
+    fn eq(&self, other: &Value) -> bool {
+        match (self, other) {
+            (Value::Int(a), Value::Int(b)) => a == b,
+            (Value::Float(a), Value::Float(b)) => a.to_bits() == b.to_bits(),
+            (Value::Str(a), Value::Str(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Value {}
+
+impl Value {
+    /// The value a recorded `arg` reads back as: a String cut at `MAX_STRING`.
+    pub fn of(arg: &Arg<'_>) -> Value {
+        match *arg {
+            Arg::Int(value) => Value::Int(value),
+            Arg::Float(value) => Value::Float(value),
+            Arg::Str(bytes) => Value::Str(bytes[..cut_len(bytes.len())].to_vec()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,5 @@
-//! Reading a ring or trace file's bytes back: the format's one reader,
-//! which the `static-tracing` command reads files through. Each check has
+//! The format's checks, as its one reader (`scan`) makes them on a ring or
+//! trace file, which the `static-tracing` command reads through. Each check has
 //! its place in a fixed order and its one message, which the hostile
 //! corpus (ext/stapsdt/tests/hostile/corpus.txt) holds the Rust tests and
 //! the command's specs to alike. Sizes in the file are never trusted: every
@@ -12,8 +12,7 @@ use super::format::{
     FIRST_PAYLOAD, HEADER_SIZE, INDEX_MASK, LATER_PAYLOAD, MAGIC, OVERWRITE, PAGE, SLOT_SIZE,
     STRING_LENGTH, TABLE_OFFSET, VERSION,
 };
-use super::scan::{self, Pass, ReadError};
-use super::writer::Arg;
+use super::format::{ProbeEntry, Value};
 use crate::probe::ArgType;
 use std::fmt;
 
@@ -54,63 +53,6 @@ impl fmt::Display for FormatError {
 }
 
 impl std::error::Error for FormatError {}
-
-/// An entry of the probe table; its id is its index.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProbeEntry {
-    pub id: u32,
-    pub provider: String,
-    pub name: String,
-    pub types: Vec<ArgType>,
-    pub latency_arg: Option<u8>,
-    pub stack_arg: Option<u8>,
-}
-
-impl ProbeEntry {
-    /// `provider:name(Integer, String)`, as messages show a probe.
-    fn described(&self) -> String {
-        let types: Vec<&str> = self.types.iter().map(|&t| format::type_name(t)).collect();
-        format!(
-            "probe {}:{}({})",
-            self.provider,
-            self.name,
-            types.join(", ")
-        )
-    }
-}
-
-/// An argument's value as read back.
-#[derive(Clone, Debug)]
-pub enum Value {
-    Int(i64),
-    Float(f64),
-    Str(Vec<u8>),
-}
-
-/// Floats compare by their bits: a NaN written is the NaN read.
-impl PartialEq for Value {
-    fn eq(&self, other: &Value) -> bool {
-        match (self, other) {
-            (Value::Int(a), Value::Int(b)) => a == b,
-            (Value::Float(a), Value::Float(b)) => a.to_bits() == b.to_bits(),
-            (Value::Str(a), Value::Str(b)) => a == b,
-            _ => false,
-        }
-    }
-}
-
-impl Eq for Value {}
-
-impl Value {
-    /// The value a recorded `arg` reads back as: a String cut at `MAX_STRING`.
-    pub fn of(arg: &Arg<'_>) -> Value {
-        match *arg {
-            Arg::Int(value) => Value::Int(value),
-            Arg::Float(value) => Value::Float(value),
-            Arg::Str(bytes) => Value::Str(bytes[..format::cut_len(bytes.len())].to_vec()),
-        }
-    }
-}
 
 /// A record read back.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -153,16 +95,6 @@ fn u32_at(bytes: &[u8], at: usize) -> u32 {
 
 fn u64_at(bytes: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
-}
-
-/// Reads a ring file (in one pass: give it a consistent copy, such as
-/// `Ring::snapshot` makes) or a trace file.
-pub fn parse(bytes: &[u8]) -> Result<Trace, FormatError> {
-    scan::read(bytes, Pass::Once).map_err(|err| match err {
-        ReadError::Format(err) => err,
-        // header() checked every size against the length of `bytes`.
-        ReadError::Io(err) => FormatError::file(format!("cannot be read: {err}")),
-    })
 }
 
 /// The header of a file of `file_len` bytes whose first bytes (its

@@ -10,8 +10,9 @@
 //! in passes A (stamps), B (slots) and C (stamps), as docs/recording.md
 //! says. A record written after the cut is neither read nor counted lost.
 
+use super::format::ProbeEntry;
 use super::format::{offset, Counters, Header, HEADER_SIZE, INDEX_MASK, SLOT_SIZE, TABLE_OFFSET};
-use super::reader::{self, FormatError, ProbeEntry, Record, Slots, Trace};
+use super::reader::{self, FormatError, Record, Slots, Trace};
 use std::fmt;
 use std::fs::File;
 use std::io;
@@ -118,8 +119,9 @@ pub enum Pass {
     Live,
 }
 
-/// Slots read at once: 512 KiB.
-const WINDOW_SLOTS: u64 = 1 << 14;
+/// Slots read at once: 512 KiB (a few under Miri, whose tests cross
+/// windows in rings it can run through).
+pub(super) const WINDOW_SLOTS: u64 = if cfg!(miri) { 1 << 6 } else { 1 << 14 };
 
 /// A ring or trace file's header, counters and probe table, read and
 /// checked; its slots are read by [`Opened::scan`].
@@ -395,5 +397,15 @@ pub fn read(source: &(impl ReadAt + ?Sized), pass: Pass) -> Result<Trace, ReadEr
         counters,
         probes: opened.probes,
         records,
+    })
+}
+
+/// Reads a ring file (in one pass: give it a consistent copy, such as
+/// `Ring::snapshot` makes) or a trace file.
+pub fn parse(bytes: &[u8]) -> Result<Trace, FormatError> {
+    read(bytes, Pass::Once).map_err(|err| match err {
+        ReadError::Format(err) => err,
+        // header() checked every size against the length of `bytes`.
+        ReadError::Io(err) => FormatError::file(format!("cannot be read: {err}")),
     })
 }

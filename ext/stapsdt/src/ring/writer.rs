@@ -35,7 +35,7 @@ use super::format::{
     self, first_stamp, later_stamp, offset, Counters, Entry, EntryError, Header, FIRST_PAYLOAD,
     MAX_RECORD_SLOTS, MAX_STRING, SEQUENCE_BITS, SEQUENCE_MASK, SLOT_SIZE, SLOT_WORDS, STAMP_SHIFT,
 };
-use super::reader::ProbeEntry;
+use super::format::{Arg, ProbeEntry};
 use super::region::Region;
 use crate::probe::{ArgType, MAX_ARGS};
 use std::fmt;
@@ -185,15 +185,6 @@ impl RingConfig {
             max_string: MAX_STRING,
         }
     }
-}
-
-/// An argument of a record.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Arg<'a> {
-    Int(i64),
-    Float(f64),
-    /// Cut at `MAX_STRING` bytes, keeping the first ones.
-    Str(&'a [u8]),
 }
 
 /// Why a probe was not added to the table.

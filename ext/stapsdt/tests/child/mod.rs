@@ -12,6 +12,7 @@ impl Child {
     pub fn fork_and_wait() -> Child {
         // SAFETY: the child only calls pause and _exit.
         match unsafe { libc::fork() } {
+            // SAFETY: async-signal-safe calls only, in the forked child.
             0 => unsafe {
                 libc::pause();
                 libc::_exit(0)
@@ -30,6 +31,8 @@ impl Child {
         let argv = [program.as_ptr(), argument.as_ptr(), std::ptr::null()];
         // SAFETY: the child only calls execv and _exit.
         match unsafe { libc::fork() } {
+            // SAFETY: async-signal-safe calls only, in the forked child; argv
+            // is NUL-terminated and its strings live until exec.
             0 => unsafe {
                 libc::execv(program.as_ptr(), argv.as_ptr());
                 libc::_exit(127)

@@ -341,10 +341,10 @@ fixed_arity!(wrapper_15, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, 
 /// The wrapper function for `arity`, as rb_define_method takes it.
 fn function_for(arity: i32) -> Option<unsafe extern "C" fn() -> VALUE> {
     type Any = unsafe extern "C" fn() -> VALUE;
-    // SAFETY (every transmute): only a function pointer's type changes; Ruby
-    // calls it with the signature `arity` stands for, which is its own.
     macro_rules! erase {
         ($function:expr, $signature:ty) => {
+            // SAFETY: only a function pointer's type changes; Ruby calls it
+            // with the signature `arity` stands for, which is its own.
             Some(unsafe { std::mem::transmute::<$signature, Any>($function) })
         };
     }

@@ -45,6 +45,7 @@ pub fn folded_stack(ruby: &Ruby, leaf: RString, skip: usize, max_bytes: usize) -
         }
         // SAFETY: a frame VALUE returned by rb_profile_frames just above.
         let label = unsafe { rb_sys::rb_profile_frame_full_label(frame) };
+        // SAFETY: a VALUE Ruby just returned, live on this stack.
         let Some(label) = RString::from_value(unsafe { Value::from_raw(label) }) else {
             continue;
         };

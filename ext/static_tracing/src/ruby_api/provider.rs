@@ -458,8 +458,8 @@ impl Provider {
 /// Anything else is `StaticTracing::Names`'s to explain.
 fn probe_text(ruby: &Ruby, name: Value) -> Option<RString> {
     let text = match Symbol::from_value(name) {
-        // SAFETY: rb_sym2str returns the symbol's own frozen String.
         Some(symbol) => {
+            // SAFETY: rb_sym2str returns the symbol's own frozen String.
             RString::from_value(unsafe { Value::from_raw(rb_sys::rb_sym2str(symbol.as_raw())) })?
         }
         None => RString::from_value(name)
