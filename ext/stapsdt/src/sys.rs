@@ -431,25 +431,27 @@ pub fn same_file(path: &Path, file: &File) -> bool {
 
 /// This process's limit on open files (`ulimit -n`), if it has one.
 pub fn open_files_limit() -> Option<u64> {
-    let mut limit = std::mem::MaybeUninit::<libc::rlimit>::uninit();
-    // SAFETY: valid out-pointer; getrlimit fills it on success.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, limit.as_mut_ptr()) } != 0 {
-        return None;
-    }
-    // SAFETY: getrlimit succeeded, so `limit` is initialized.
-    let limit = unsafe { limit.assume_init() };
-    // rlim_t is not u64 on every Unix.
-    #[allow(clippy::unnecessary_cast)]
-    (limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur as u64)
+    soft_limit(libc::RLIMIT_NOFILE)
 }
 
 /// The largest file this process may make (`ulimit -f`), if it has a
 /// limit: a write or `fallocate` past it raises SIGXFSZ, which ends the
 /// process, so whatever the gem makes is checked against it first.
 pub fn file_size_limit() -> Option<u64> {
+    soft_limit(libc::RLIMIT_FSIZE)
+}
+
+/// What `getrlimit` names a resource by: glibc has a type of its own.
+#[cfg(target_env = "gnu")]
+type Resource = libc::__rlimit_resource_t;
+#[cfg(not(target_env = "gnu"))]
+type Resource = libc::c_int;
+
+/// The soft limit on `resource` (`getrlimit`), if there is one.
+fn soft_limit(resource: Resource) -> Option<u64> {
     let mut limit = std::mem::MaybeUninit::<libc::rlimit>::uninit();
     // SAFETY: valid out-pointer; getrlimit fills it on success.
-    if unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, limit.as_mut_ptr()) } != 0 {
+    if unsafe { libc::getrlimit(resource, limit.as_mut_ptr()) } != 0 {
         return None;
     }
     // SAFETY: getrlimit succeeded, so `limit` is initialized.
