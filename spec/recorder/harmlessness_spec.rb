@@ -10,16 +10,9 @@ RSpec.describe "The recorder's harmlessness" do
   include E2E::Helpers
   include_context "with a temporary directory", "recorder_harm"
 
-  let(:recorder) { StaticTracing::Recorder }
+  include_context "with the recorder of this process"
 
-  around do |example|
-    mode = StaticTracing::Configuration.mode
-    StaticTracing::Configuration.mode = :off
-    example.run
-  ensure
-    recorder.stop
-    StaticTracing::Configuration.mode = mode
-  end
+  let(:recorder) { StaticTracing::Recorder }
 
   # This process's ring files (others may record in the same directory).
   def ring_files

@@ -7,14 +7,7 @@ require "static_tracing/cli"
 # it (CLI::TraceFile), from its file.
 RSpec.describe StaticTracing::Recorder do
   include E2E::Helpers
-  around do |example|
-    mode = StaticTracing::Configuration.mode
-    StaticTracing::Configuration.mode = :off
-    example.run
-  ensure
-    described_class.stop
-    StaticTracing::Configuration.mode = mode
-  end
+  include_context "with the recorder of this process"
 
   include_context "traced classes"
 

@@ -83,3 +83,17 @@ module E2E
     end
   end
 end
+
+# The recorder of this process, with tracing off (mode :off) while the
+# example runs, so that only the recording arms anything; whatever the
+# example started is stopped after it, and the mode put back.
+RSpec.shared_context "with the recorder of this process" do
+  around do |example|
+    mode = StaticTracing::Configuration.mode
+    StaticTracing::Configuration.mode = :off
+    example.run
+  ensure
+    StaticTracing::Recorder.stop
+    StaticTracing::Configuration.mode = mode
+  end
+end
