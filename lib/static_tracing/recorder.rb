@@ -4,6 +4,9 @@ require "securerandom"
 require_relative "recording_options"
 require_relative "recorder/snapshots"
 require_relative "recorder/request_checks"
+require_relative "recorder/probe_table"
+require_relative "recorder/status"
+require_relative "recorder/lease"
 
 module StaticTracing
   # The recorder: the same probes a tracer attaches to, recorded by the
@@ -25,6 +28,10 @@ module StaticTracing
   module Recorder
     @lock = StaticTracing::STATE_LOCK
     @recording = nil
+    @ended = nil
+    # Why a recording ended, as the command that followed it says it.
+    STOPPED_BY_PROCESS = "the process stopped it (StaticTracing::Recorder.stop)"
+    STOPPED_BY_REQUEST = "a request stopped it (static-tracing record PID --stop, or the command that started it)"
     # A start between reserving it and installing its ring (made outside the lock).
     @starting = false
 
@@ -35,7 +42,7 @@ module StaticTracing
     # was full, its calls are counted as dropped). +lease_until+: a
     # command's recording stops by itself when the command stops renewing
     # it (monotonic seconds).
-    Recording = Struct.new(:id, :by, :settings, :path, :armed, :dumps, :lease, :lease_until,
+    Recording = Struct.new(:id, :by, :settings, :path, :armed, :dumps, :lease, :lease_until, :table_full_said,
                            keyword_init: true)
 
     class << self
@@ -59,12 +66,24 @@ module StaticTracing
       # Stops the recording: every probe it armed is disarmed, and its ring
       # file removed. Returns false when nothing was recording.
       def stop
-        @lock.synchronize do
-          recording = @recording or return false
+        stop_because(STOPPED_BY_PROCESS)
+      end
 
-          end_recording(recording)
+      # Stops +recording+ if it still runs, with why it ended (#ended)
+      # for the command that follows it. False when it did not run.
+      def stop_because(reason, recording = @recording)
+        @lock.synchronize do
+          return false unless recording && running?(recording)
+
+          end_recording(recording, reason)
           true
         end
+      end
+
+      # Why the last recording ended, for State (and so for the command
+      # that followed it): {"id", "reason"}, or nil.
+      def ended
+        @lock.synchronize { @ended&.dup }
       end
 
       def recording?
@@ -93,17 +112,7 @@ module StaticTracing
 
       # What the recording is, for State (and so for `static-tracing`), or nil.
       def status
-        @lock.synchronize do
-          recording = @recording or return nil
-
-          settings = recording.settings
-          { "id" => recording.id, "by" => recording.by.to_s, "ring" => recording.path,
-            "flight" => settings.flight, "size" => RecordingOptions.slots_size(settings.ring_size),
-            "probes" => settings.probes, "armed" => recording.armed.size,
-            "dump_when" => settings.dump_when&.to_s,
-            "dump_dir" => settings.dump_when && Snapshots.directory(settings),
-            "dumps" => recording.dumps, "leased" => !recording.lease.nil? }
-        end
+        @lock.synchronize { @recording && Status.of(@recording) }
       end
 
       # For Control: starts the recording a command asked for (+settings+
@@ -135,7 +144,7 @@ module StaticTracing
           recording = @recording or return false
           raise RecorderError, "another recording runs now (#{recording.id})" if id && recording.id != id
 
-          stop
+          stop_because(STOPPED_BY_REQUEST)
         end
       end
 
@@ -144,7 +153,13 @@ module StaticTracing
       def declared(tracepoint)
         return unless @recording
 
-        @lock.synchronize { arm(tracepoint) if @recording && matches?(@recording, tracepoint) }
+        @lock.synchronize do
+          next unless @recording && matches?(@recording, tracepoint)
+
+          arm(tracepoint)
+          # Once for a burst of declarations: the state counts what is armed.
+          Watcher.soon(%i[recorder armed], Watcher.period) { State.publish }
+        end
       end
 
       # Called as a method probe is declared: its method is wrapped if its
@@ -214,7 +229,8 @@ module StaticTracing
         begin
           settings = Snapshots.checked_directory(settings)
           RequestChecks.check(settings) if check_probes
-          path = Native.recorder_start(settings.ring_size, settings.flight, Watcher.wake_fd)
+          path = Native.recorder_start(settings.ring_size, settings.flight, Watcher.wake_fd,
+                                       ProbeTable.names(settings))
           @lock.synchronize do
             install(Recording.new(id:, by:, settings:, path:, armed: {}.compare_by_identity, dumps: [],
                                   lease:, lease_until: lease && (now + lease)))
@@ -226,7 +242,7 @@ module StaticTracing
 
       def reserve_start
         @lock.synchronize do
-          raise RecorderError, already_recording(@recording) if @recording
+          raise RecorderError, Status.running_already(@recording) if @recording
           raise RecorderError, "a recording is being started already; stop it first, once it runs" if @starting
           raise RecorderError, "probes cannot be recorded on #{RUBY_PLATFORM}" unless StaticTracing.supported?
 
@@ -241,25 +257,22 @@ module StaticTracing
         @recording = recording
         Blocks.tracing_changed
         arm_matching(recording)
-        keep_lease if recording.lease
+        Lease.keep(recording) if recording.lease
         State.publish
         installed = true
       ensure
         end_recording(recording) unless installed
       end
 
-      def end_recording(recording)
+      # +reason+: why it ended, for whoever followed it; nil for a start
+      # taken back, which nobody followed.
+      def end_recording(recording, reason = nil)
+        @ended = Status.ended(recording, reason) if reason
         @recording = nil
         Blocks.tracing_changed
         disarm_all(recording)
         Native.recorder_stop
         State.publish
-      end
-
-      def already_recording(recording)
-        "a recording is running already (#{recording.settings.flight ? "flight, " : ""}started by " \
-          "#{recording.by == :command ? "static-tracing record" : "the process itself"}, ring " \
-          "#{recording.path}); stop it first (static-tracing record PID --stop, or StaticTracing::Recorder.stop)"
       end
 
       def arm_matching(recording)
@@ -290,8 +303,9 @@ module StaticTracing
         recording = @recording
         return if recording.armed.key?(tracepoint)
 
-        recording.armed[tracepoint] =
+        id = recording.armed[tracepoint] =
           Native.recorder_arm(tracepoint, tracepoint.latency_argument, tracepoint.stack_argument)
+        ProbeTable.full(recording, tracepoint) if id.nil?
         trigger = recording.settings.dump_when
         if trigger && tracepoint.latency_argument &&
            RecordingOptions.match?([trigger.pattern], tracepoint.provider.name, tracepoint.name)
@@ -305,22 +319,6 @@ module StaticTracing
         Native.recorder_disarm(tracepoint)
         method_probes.each { |probe| MethodTracing.unwant(probe, :record) }
         Watcher.recording_changed(tracepoint, false)
-      end
-
-      # A command's recording lives while the command renews it.
-      def keep_lease
-        Watcher.soon(%i[recorder lease], 1.0) do
-          recording = @recording
-          next unless recording&.lease
-
-          if now > recording.lease_until
-            warn("static_tracing: stopped recording #{recording.id}: static-tracing stopped asking for it " \
-                 "(it exited without stopping it)")
-            stop
-          else
-            keep_lease
-          end
-        end
       end
 
       def now

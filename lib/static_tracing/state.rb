@@ -49,6 +49,7 @@ module StaticTracing
           "control" => Control.path,
           "recorder" => Recorder.status,
           "recorder_reply" => Control.reply,
+          "recorder_ended" => Recorder.ended,
           "version" => VERSION,
           "ruby" => RUBY_VERSION
         }

@@ -19,7 +19,7 @@
 //! forked child, where the fork handler takes the parent's ring away before
 //! any Ruby code runs in the child (see [`forget_inherited`]).
 
-use stapsdt::ring::{Arg, Ring, RingConfig};
+use stapsdt::ring::{Arg, Ring, RingConfig, DEFAULT_TABLE_CAPACITY, MAX_TABLE_CAPACITY};
 use stapsdt::ring_file::{RingFile, RingFileError};
 use std::cell::Cell;
 use std::fs::File;
@@ -162,6 +162,17 @@ impl Target<'_> {
             let _ = wake.write(&[0]);
         }
     }
+}
+
+/// The probe table of a ring whose probes, as it starts, take `needed`
+/// bytes of entries: room for them all, and for as many probes declared
+/// later as a default table holds, within the format's bound (past it, a
+/// probe's calls are counted as dropped, and the recorder says which).
+pub fn table_capacity(needed: u64) -> u64 {
+    needed
+        .next_multiple_of(stapsdt::ring::format::PAGE)
+        .saturating_add(DEFAULT_TABLE_CAPACITY)
+        .min(MAX_TABLE_CAPACITY)
 }
 
 /// The trigger threshold of a tracepoint that has none.

@@ -17,8 +17,9 @@ module StaticTracing
       REQUEST_FORMAT = 1
       REPLY_TIMEOUT = 5.0
       POLL_INTERVAL = 0.02
-      # A ring file: its header and probe table, then its slots.
-      MAX_RING_FILE = RecordingOptions::MAX_SIZE + (1 << 20)
+      # A ring file: its header and probe table (at most 16 MiB: it grows
+      # with the probes a recording names), then its slots.
+      MAX_RING_FILE = RecordingOptions::MAX_SIZE + (17 << 20)
       WRITE_FLAGS = File::WRONLY | File::NOFOLLOW | File::NONBLOCK
 
       attr_reader :process, :state
@@ -93,6 +94,12 @@ module StaticTracing
       # Reads the state again; returns it.
       def refresh
         @state = process.read || @state
+      end
+
+      # The state as the process publishes it now, or nil when it publishes
+      # none (it is exiting, say).
+      def current_state
+        process.read&.tap { |state| @state = state }
       end
 
       def alive?

@@ -39,8 +39,11 @@ module StaticTracing
       # if it has none. +recorder+: what it records (a Hash, see
       # StaticTracing::Recorder.status), or nil; +recorder_reply+: its answer
       # to the last request ({"id", "ok", "message"}), or nil.
+      # +recorder_ended+: why its last recording ended, and the probes it
+      # could not record ({"id", "reason", "unrecorded",
+      # "unrecorded_probes"}), or nil.
       Published = Struct.new(:path, :mode, :signal, :signal_number, :enabled, :armed, :block_errors, :control,
-                             :recorder, :recorder_reply, :version, :ruby, keyword_init: true) do
+                             :recorder, :recorder_reply, :recorder_ended, :version, :ruby, keyword_init: true) do
         def signal_name
           "SIG#{signal}"
         end
@@ -123,9 +126,12 @@ module StaticTracing
         mask.to_i(16)[signal_number - 1] == 1
       end
 
-      # Whether the process is still the one this object was made for.
+      # Whether the process is still the one this object was made for, and
+      # running: a zombie (exited, its parent has not reaped it yet) has
+      # its /proc entry still, and nothing more.
       def alive?
         return false unless File.directory?(process.path)
+        return false if process.zombie?
 
         ProcessStart.parse(process.read("stat")) == start_time
       rescue Error, SystemCallError
@@ -208,6 +214,7 @@ module StaticTracing
                       block_errors: published_count(data["block_errors"]),
                       control: own_file(path, data["control"], "control"),
                       recorder: recorder(path, data["recorder"]), recorder_reply: reply(data["recorder_reply"]),
+                      recorder_ended: ended(data["recorder_ended"]),
                       version: data["version"], ruby: data["ruby"])
       end
 
@@ -231,6 +238,13 @@ module StaticTracing
         return unless data.is_a?(Hash) && data["id"].is_a?(String)
 
         { "id" => data["id"], "ok" => data["ok"] == true, "message" => data["message"].to_s }
+      end
+
+      def ended(data)
+        return unless data.is_a?(Hash) && data["id"].is_a?(String) && data["reason"].is_a?(String)
+
+        { "id" => data["id"], "reason" => data["reason"], "unrecorded" => published_count(data["unrecorded"]) || 0,
+          "unrecorded_probes" => Array(data["unrecorded_probes"]).grep(String) }
       end
 
       # A count the process published: a non-negative Integer, else none.

@@ -5,6 +5,7 @@ require_relative "../recording_options"
 require_relative "output_file"
 require_relative "control_channel"
 require_relative "trace_file"
+require_relative "live_recording"
 
 module StaticTracing
   module CLI
@@ -38,11 +39,9 @@ module StaticTracing
 
       DEFAULT_SECONDS = nil
       MAX_SECONDS = 86_400
-      POLL_INTERVAL = 0.1
       # The process stops a recording by itself this long after the last
       # renewal: what a `record` killed with SIGKILL leaves running.
       LEASE = 10.0
-      RENEW_INTERVAL = 1.0
 
       private
 
@@ -146,86 +145,55 @@ module StaticTracing
 
       def record(recorder, settings)
         id = SecureRandom.hex(8)
-        OutputFile.check(@output || default_output(recorder.pid), replace: !@output.nil?)
+        output = OutputFile.check(@output || default_output(recorder.pid), replace: !@output.nil?)
         recorder.request("record", id:, lease: LEASE, **request_fields(settings))
-        status = recorder.recording
-        err.puts("Recording #{count(status["armed"], "probe")} (#{patterns(settings)}) in process #{recorder.pid}" \
-                 "#{@seconds ? " for #{format("%g", @seconds)}s" : ""} (Ctrl-C to stop)...")
-        trace = follow(recorder, id)
-        path = write_trace(@output || default_output(recorder.pid), trace)
-        report(path, trace)
+        recording = LiveRecording.new(recorder, id, leased: true)
+        err.puts("Recording #{count(recording.status["armed"], "probe")} (#{patterns(settings)}) in process " \
+                 "#{recorder.pid}#{@seconds ? " for #{format("%g", @seconds)}s" : ""} (Ctrl-C to stop)...")
+        say_unrecorded(recording)
+        recording.follow(seconds: @seconds)
+        finish(recording, output)
       end
 
-      # Reads the ring until the time is up, Ctrl-C or the process exits;
-      # then stops the recording and reads what is left. The ring stays
-      # open all along: a ring whose process was killed is read whole.
-      def follow(recorder, id)
-        recorder.open_ring(write: true) do |ring|
-          reader = TraceFile::RingReader.new(ring)
-          ended = poll_until_done(recorder, id, reader)
-          stop_recording(recorder, id) unless ended == :exited
-          reader.take_rest
-          Trace.new(reader, ended)
+      # Writes what +recording+ read and reports it; the exit status says
+      # whether it ran as asked.
+      def finish(recording, output)
+        path = OutputFile.write(output, replace: !@output.nil?) { |file| recording.reader.write(file) }
+        report(path, recording)
+        say_unrecorded(recording)
+        if recording.stop_failure
+          err.puts("#{PROGRAM}: could not stop the recording: #{recording.stop_failure} (the process stops it by " \
+                   "itself #{format("%g", LEASE)}s after the last renewal)")
         end
+        return 0 unless recording.cut_short?
+
+        err.puts("#{PROGRAM}: the recording was cut short after #{format("%.1f", recording.seconds)}s: " \
+                 "#{recording.ending.reason}; #{path} holds the #{count(recording.reader.records_read, "record")} " \
+                 "read until then")
+        EXIT_ERROR
       end
 
-      # What a recording produced: the reader, which holds the records it
-      # read, and why it ended (:time, :interrupt, :exited).
-      Trace = Struct.new(:reader, :ended)
+      # The probes named that the ring's probe table could not hold: their
+      # calls are counted as dropped, not recorded.
+      def say_unrecorded(recording)
+        listed, total = recording.unrecorded
+        return if total.zero?
 
-      # SIGTERM (kill, timeout(1), a shell's background job, where SIGINT
-      # is ignored) ends the recording as Ctrl-C does.
-      def poll_until_done(recorder, id, reader)
-        previous = Signal.trap("TERM") { raise Interrupt }
-        poll(recorder, id, reader)
-      ensure
-        Signal.trap("TERM", previous || "DEFAULT")
-      end
-
-      def poll(recorder, id, reader)
-        deadline = @seconds && (monotonic + @seconds)
-        renewed = monotonic
-        loop do
-          reader.take
-          return :time if deadline && monotonic >= deadline
-          return :exited unless recorder.alive?
-
-          if monotonic - renewed >= RENEW_INTERVAL
-            recorder.notify("renew", id:)
-            renewed = monotonic
-          end
-          sleep(POLL_INTERVAL)
-        end
-      rescue Interrupt
-        :interrupt
-      end
-
-      # The process may have exited meanwhile: then there is nothing to stop.
-      def stop_recording(recorder, id)
-        recorder.request("stop", recording: id)
-      rescue Error => e
-        raise unless recorder.alive?
-
-        err.puts("#{PROGRAM}: #{e.message}")
+        more = total - listed.size
+        err.puts("#{PROGRAM}: #{count(total, "probe")} named cannot be recorded: the ring's probe table is full " \
+                 "(#{listed.join(", ")}#{", and #{more} more" if more.positive?}); their calls count as dropped")
       end
 
       def default_output(pid)
         "static-tracing-#{pid}-#{Time.now.strftime("%Y%m%d-%H%M%S")}.trace"
       end
 
-      def write_trace(path, trace)
-        OutputFile.write(path, replace: !@output.nil?) { |file| trace.reader.write(file) }
-      end
-
-      def report(path, trace)
-        why = { time: "", interrupt: " (interrupted)", exited: " (the process exited)" }.fetch(trace.ended)
-        out.puts("Wrote #{count(trace.reader.records_read, "record")} to #{path}#{why}.")
+      def report(path, recording)
+        why = { time: "", interrupt: " (interrupted)", exited: " (the process exited)",
+                cut_short: " (cut short)" }.fetch(recording.ending.kind)
+        out.puts("Wrote #{count(recording.reader.records_read, "record")} to #{path}#{why}.")
         out.puts
         Report.new(out:, err:, env:).run([path])
-      end
-
-      def monotonic
-        ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
       end
     end
 

@@ -9,6 +9,7 @@ use super::tracepoint::Tracepoint;
 use crate::gvl::without_gvl;
 use crate::recording::{self, NO_TRIGGER};
 use magnus::{Error, Ruby, Value};
+use stapsdt::ring::format::entry_size;
 use stapsdt::ring::RingConfig;
 use std::io;
 use std::os::fd::IntoRawFd;
@@ -28,19 +29,28 @@ fn not_recording(ruby: &Ruby) -> Error {
     recorder_error(ruby, "nothing is being recorded".into())
 }
 
-/// `recorder_start(slots_bytes, overwrite, wake_fd)`: a new ring whose
-/// slots take `slots_bytes` (rounded up to a power of two); returns its
-/// path. Its file is made with the GVL released: reserving and mapping a
-/// large ring takes seconds, and the process's other threads run meanwhile.
+/// `recorder_start(slots_bytes, overwrite, wake_fd, probes)`: a new ring
+/// whose slots take `slots_bytes` (rounded up to a power of two), whose
+/// probe table holds `probes` (`[provider, name]` pairs: those the
+/// recording arms as it starts) and room for later ones; returns its path.
+/// Its file is made with the GVL released: reserving and mapping a large
+/// ring takes seconds, and the process's other threads run meanwhile.
 pub(super) fn start(
     ruby: &Ruby,
     slots_bytes: u64,
     overwrite: bool,
     wake_fd: Option<i32>,
+    probes: Vec<(String, String)>,
 ) -> Result<String, Error> {
     let failed = |message| recorder_error(ruby, message);
-    let config = RingConfig::for_size(slots_bytes, overwrite)
+    let mut config = RingConfig::for_size(slots_bytes, overwrite)
         .map_err(|err| recorder_error(ruby, err.to_string()))?;
+    config.table_capacity = recording::table_capacity(
+        probes
+            .iter()
+            .map(|(provider, name)| entry_size(provider.len(), name.len()) as u64)
+            .sum(),
+    );
     if recording::is_recording() {
         return Err(failed("a recording is running already".into()));
     }
@@ -165,7 +175,7 @@ pub(super) fn open_control(ruby: &Ruby) -> Result<(i32, String), Error> {
 /// channel its commands come through.
 pub(super) fn define_natives(native: magnus::RModule) -> Result<(), Error> {
     use magnus::{function, Object};
-    native.define_singleton_method("recorder_start", function!(start, 3))?;
+    native.define_singleton_method("recorder_start", function!(start, 4))?;
     native.define_singleton_method("recorder_stop", function!(stop, 0))?;
     native.define_singleton_method("recorder_arm", function!(arm, 3))?;
     native.define_singleton_method("recorder_disarm", function!(disarm, 1))?;

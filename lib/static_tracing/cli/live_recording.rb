@@ -1,0 +1,170 @@
+# frozen_string_literal: true
+
+require "securerandom"
+require_relative "trace_file"
+
+module StaticTracing
+  module CLI
+    # A recording followed from outside as the process writes it: its ring
+    # read every POLL_INTERVAL, its lease renewed, and the process's state
+    # read again every CHECK_INTERVAL, so that a recording that ends under
+    # the command (the process stopped it, its lease lapsed while the
+    # command was suspended, another command stopped it) is noticed, and
+    # said, instead of being taken for a quiet one. Whatever ends it, what
+    # was read is kept: the ring stays open all along, and a ring whose
+    # process died is read to its last record.
+    class LiveRecording
+      POLL_INTERVAL = 0.1
+      CHECK_INTERVAL = 1.0
+
+      # Why following ended: :time (--seconds), :interrupt (Ctrl-C), :exited
+      # (the process is gone) or :cut_short (the recording ended under the
+      # command; +reason+ says how).
+      Ending = Struct.new(:kind, :reason)
+
+      attr_reader :recorder, :id, :reader, :ending, :status, :stop_failure
+
+      # +recorder+: the process's ControlChannel; +id+: the recording to
+      # follow, which the command renews if +leased+.
+      def initialize(recorder, id, leased:)
+        @recorder = recorder
+        @id = id
+        @leased = leased
+        @status = recorder.recording
+        @started = monotonic
+        @renew_failure = nil
+      end
+
+      # Follows the ring until +seconds+ pass (nil: no limit), the process
+      # exits, the recording ends under the command or, unless +interrupt+
+      # is given, Ctrl-C (SIGINT) or SIGTERM: +interrupt+ is then called
+      # instead, and following goes on. Then stops the recording (unless
+      # it ended already) and reads what is left. Returns self.
+      def follow(seconds: nil, interrupt: nil)
+        recorder.open_ring(write: true) do |ring|
+          @reader = TraceFile::RingReader.new(ring)
+          @ending = with_signals(interrupt) { poll(seconds && (monotonic + seconds)) }
+          stop if %i[time interrupt].include?(ending.kind)
+          @finished = monotonic
+          @status = final_status
+          reader.take_rest
+        end
+        self
+      end
+
+      # How long it recorded, from its start to its end, as the command saw them.
+      def seconds
+        (@finished || monotonic) - @started
+      end
+
+      def cut_short?
+        ending&.kind == :cut_short
+      end
+
+      # The probes the recording named that its ring's probe table could
+      # not hold, as far as the process listed them, and how many in all
+      # (once it ended: as the process counted them as it ended it).
+      def unrecorded
+        [Array(status&.fetch("unrecorded_probes", nil)).grep(String), status&.fetch("unrecorded", 0).to_i]
+      end
+
+      private
+
+      # What the process said of the recording as it ended it, if it did.
+      def final_status
+        ended = recorder.state.recorder_ended
+        ended && ended["id"] == id ? (status || {}).merge(ended.slice("unrecorded", "unrecorded_probes")) : status
+      end
+
+      # SIGTERM (kill, timeout(1), a shell's background job, where SIGINT is
+      # ignored) is taken as Ctrl-C is.
+      def with_signals(interrupt, &)
+        return with_trap(->(_) { raise Interrupt }, &) unless interrupt
+
+        with_trap(interrupt, &)
+      end
+
+      def with_trap(handler)
+        previous = %w[INT TERM].to_h { |signal| [signal, Signal.trap(signal) { handler.call(signal) }] }
+        yield
+      ensure
+        previous&.each { |signal, old| Signal.trap(signal, old || "DEFAULT") }
+      end
+
+      def poll(deadline)
+        @checked = monotonic
+        loop do
+          reader.take
+          return Ending.new(:time) if deadline && monotonic >= deadline
+          return Ending.new(:exited) unless recorder.alive?
+
+          ended = check
+          return ended if ended
+
+          sleep(POLL_INTERVAL)
+        end
+      rescue Interrupt
+        Ending.new(:interrupt)
+      end
+
+      # Every CHECK_INTERVAL: whether the recording ended under the
+      # command; if not, the lease renewed.
+      def check
+        return if monotonic - @checked < CHECK_INTERVAL
+
+        @checked = monotonic
+        ended = ended_under_the_command
+        renew if @leased && !ended
+        ended
+      end
+
+      # The recording's end, if it ended under the command: the process's
+      # state no longer shows it, or its answer to a renewal refused it.
+      def ended_under_the_command
+        state = recorder.current_state or return
+        recording = state.recorder
+        return refused_renewal(state.recorder_reply, recording) if recording && recording["id"] == id
+        # A process on its way out: its exit is what ends the recording.
+        return unless recorder.alive?
+
+        Ending.new(:cut_short, "process #{recorder.pid} stopped it: #{why_it_ended(state)}")
+      end
+
+      def refused_renewal(reply, recording)
+        @status = recording
+        return unless reply && reply["id"] == id && !reply["ok"]
+
+        Ending.new(:cut_short, "process #{recorder.pid} refused to renew it: #{reply["message"]}")
+      end
+
+      def why_it_ended(state)
+        ended = state.recorder_ended
+        reason = ended && ended["id"] == id ? ended["reason"] : "it no longer records it"
+        reason += " (the last renewal could not be sent: #{@renew_failure})" if @renew_failure
+        reason
+      end
+
+      # A renewal that cannot be sent is not the end: the process's state
+      # says whether the recording goes on.
+      def renew
+        recorder.notify("renew", id:)
+        @renew_failure = nil
+      rescue Error => e
+        @renew_failure = e.message
+      end
+
+      # The process may have exited meanwhile: then there is nothing to
+      # stop. A process that could not be asked is said (#stop_failure),
+      # and what was read is written all the same.
+      def stop
+        recorder.request("stop", recording: id)
+      rescue Error => e
+        @stop_failure = e.message if recorder.alive?
+      end
+
+      def monotonic
+        ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
+      end
+    end
+  end
+end

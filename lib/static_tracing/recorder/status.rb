@@ -1,0 +1,38 @@
+# frozen_string_literal: true
+
+module StaticTracing
+  module Recorder
+    # A running recording as the process describes it: in its state, for
+    # `static-tracing`, and in the refusal of a second one.
+    module Status
+      module_function
+
+      # What Recorder.status returns for +recording+.
+      def of(recording)
+        settings = recording.settings
+        unrecorded = ProbeTable.unrecorded(recording)
+        { "id" => recording.id, "by" => recording.by.to_s, "ring" => recording.path,
+          "flight" => settings.flight, "size" => RecordingOptions.slots_size(settings.ring_size),
+          "probes" => settings.probes, "armed" => recording.armed.size - unrecorded.size,
+          "unrecorded" => unrecorded.size, "unrecorded_probes" => unrecorded.first(ProbeTable::LISTED),
+          "dump_when" => settings.dump_when&.to_s,
+          "dump_dir" => settings.dump_when && Snapshots.directory(settings),
+          "dumps" => recording.dumps, "leased" => !recording.lease.nil? }
+      end
+
+      # Why +recording+ ended, and the probes it could not record: for
+      # the command that followed it, which reads it once it has ended.
+      def ended(recording, reason)
+        unrecorded = ProbeTable.unrecorded(recording)
+        { "id" => recording.id, "reason" => reason, "unrecorded" => unrecorded.size,
+          "unrecorded_probes" => unrecorded.first(ProbeTable::LISTED) }
+      end
+
+      def running_already(recording)
+        "a recording is running already (#{recording.settings.flight ? "flight, " : ""}started by " \
+          "#{recording.by == :command ? "static-tracing record" : "the process itself"}, ring " \
+          "#{recording.path}); stop it first (static-tracing record PID --stop, or StaticTracing::Recorder.stop)"
+      end
+    end
+  end
+end
