@@ -9,6 +9,7 @@
 
 pub mod follow;
 pub mod report;
+pub mod tally;
 pub mod trace;
 pub mod write;
 
