@@ -18,6 +18,10 @@ module StaticTracing
     # The command line itself is wrong.
     class UsageError < Error; end
 
+    # Ctrl-C (or SIGTERM) ended the command before it was done: the
+    # message says what was left undone.
+    class Interrupted < Error; end
+
     PROGRAM = "static-tracing"
     EXIT_ERROR = 1
     EXIT_USAGE = 2
@@ -87,6 +91,8 @@ module StaticTracing
         command.new(out:, err:, env:).run(argv)
       rescue UsageError => e
         report(err, "#{PROGRAM} #{name}: #{e.message} (see #{PROGRAM} #{name} --help)", EXIT_USAGE)
+      rescue Interrupted => e
+        report(err, "#{PROGRAM}: #{e.message}", EXIT_INTERRUPTED)
       rescue Error => e
         report(err, "#{PROGRAM}: #{e.message}", EXIT_ERROR)
       rescue Interrupt

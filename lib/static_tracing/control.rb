@@ -4,7 +4,7 @@ require "json"
 
 module StaticTracing
   # The channel `static-tracing` sends this process its requests through
-  # (record these probes, renew, stop): a FIFO next to its state file (see
+  # (record these probes, renew, stop, cancel): a FIFO next to its state file (see
   # ext/stapsdt/src/control.rs for why a FIFO), opened with the first state
   # published, read by the Watcher's thread. A request is one line of JSON,
   # written whole:
@@ -35,17 +35,18 @@ module StaticTracing
     @path = nil
     @buffer = +""
     @failed = false
-    # The answer to the last request: [id, accepted, message].
+    # The answer to the last request: [id, accepted, message, pending].
     @reply = nil
 
     class << self
       # The FIFO's path, or nil.
       attr_reader :path
 
-      # The answer to the last request, for State: {"id", "ok", "message"}.
+      # The answer to the last request, for State: {"id", "ok", "message"},
+      # and "pending" while a request that takes time is carried out.
       def reply
-        id, accepted, message = @reply
-        id && { "id" => id, "ok" => accepted, "message" => message }
+        id, accepted, message, pending = @reply
+        id && { "id" => id, "ok" => accepted, "message" => message, "pending" => pending || nil }.compact
       end
 
       # Opens the channel if it is not open; true when it was opened now.
@@ -101,6 +102,7 @@ module StaticTracing
                                "#{VERSION} reads format #{FORMAT}"
         end
         id = request_id(request["id"])
+        check_deadline(request["deadline"])
         answer(id, true, carry_out(request["action"], id, request))
       rescue JSON::ParserError, ArgumentError, StaticTracing::Error => e
         refuse(request, e.message)
@@ -125,13 +127,34 @@ module StaticTracing
         line.size > MAX_REASON ? "#{line[0, MAX_REASON]}..." : line
       end
 
+      # A command that waits for an answer gives up at its deadline (the
+      # wall clock's, which every process of the host shares), and then
+      # cancels: a request read after it is refused, never carried out late.
+      def check_deadline(deadline)
+        return if deadline.nil?
+        raise ArgumentError, "invalid deadline #{deadline.inspect}" unless deadline.is_a?(Numeric)
+
+        late = Time.now.to_f - deadline
+        return unless late.positive?
+
+        raise RecorderError, "static-tracing gave up waiting for this request #{format("%.1f", late)}s before " \
+                             "the process read it (it was busy): nothing was done"
+      end
+
       # What was done, in a word or two, for the reply.
       def carry_out(action, id, request)
         case action
         when "record"
-          Recorder.start_for_command(id, request["settings"], lease(request["lease"]),
-                                     wait_for_probes: request["wait_for_probes"] == true)
+          lease = lease(request["lease"])
+          RecordingOptions.from_h(request["settings"])
+          # Making a large ring takes seconds: the command, told so, waits.
+          answer(id, true, "starting", pending: true)
+          Recorder.start_for_command(id, request["settings"], lease,
+                                     wait_for_probes: request["wait_for_probes"] == true,
+                                     cancelled: -> { cancelled?(id) })
           "recording"
+        when "cancel"
+          Recorder.cancel(request_id(request["recording"])) ? "stopped" : "nothing to cancel"
         when "renew"
           Recorder.renew(id)
           "renewed"
@@ -141,9 +164,32 @@ module StaticTracing
         end
       end
 
-      def answer(id, accepted, message)
-        @reply = [id, accepted, message]
+      def answer(id, accepted, message, pending: false)
+        @reply = [id, accepted, message, pending]
         State.publish
+      end
+
+      # Whether the command cancelled request +id+ while it was carried
+      # out: a line waiting in the channel that says so (taken out of it).
+      # Read without blocking, and the other lines kept for #receive.
+      def cancelled?(id)
+        chunk = @io&.read_nonblock(MAX_REQUEST * 4, exception: false)
+        @buffer << chunk if chunk.is_a?(String)
+        lines = @buffer.lines
+        cancel = lines.index { |line| cancels?(line, id) } or return false
+
+        lines.delete_at(cancel)
+        @buffer = +lines.join
+        true
+      rescue IOError, SystemCallError
+        false
+      end
+
+      def cancels?(line, id)
+        request = JSON.parse(line)
+        request.is_a?(Hash) && request["action"] == "cancel" && request["recording"] == id
+      rescue JSON::ParserError
+        false
       end
 
       # Seconds, or nil for a recording that needs no renewing.

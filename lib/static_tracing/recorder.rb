@@ -32,6 +32,7 @@ module StaticTracing
     # Why a recording ended, as the command that followed it says it.
     STOPPED_BY_PROCESS = "the process stopped it (StaticTracing::Recorder.stop)"
     STOPPED_BY_REQUEST = "a request stopped it (static-tracing record PID --stop, or the command that started it)"
+    CANCELLED = "the command that asked for it gave up waiting for it"
     # A start between reserving it and installing its ring (made outside the lock).
     @starting = false
 
@@ -121,10 +122,18 @@ module StaticTracing
       # the ring renews it; a flight recording has none). Unless
       # +wait_for_probes+, a pattern or trigger that names no probe the
       # process has is refused (RequestChecks).
-      def start_for_command(id, settings, lease, wait_for_probes: false)
+      def start_for_command(id, settings, lease, wait_for_probes: false, cancelled: nil)
         lease = Float(lease) if lease
-        begin_recording(RecordingOptions.from_h(settings), id:, by: :command, lease:,
-                                                           check_probes: !wait_for_probes)
+        settings = RecordingOptions.from_h(settings)
+        RequestChecks.check(settings) unless wait_for_probes
+        begin_recording(settings, id:, by: :command, lease:, cancelled:)
+      end
+
+      # For Control: the command that asked for recording +id+ gave up
+      # waiting for it; false when it does not run.
+      def cancel(id)
+        recording = @recording
+        recording&.id == id && stop_because(CANCELLED, recording)
       end
 
       # For Control: the command following recording +id+ is still there.
@@ -224,16 +233,15 @@ module StaticTracing
       # The ring's file is made outside the lock (and without the GVL):
       # a large ring takes seconds to reserve, and the process's threads
       # go on meanwhile, declaring probes too.
-      def begin_recording(settings, id:, by:, lease: nil, check_probes: false)
+      def begin_recording(settings, id:, by:, lease: nil, cancelled: nil)
         reserve_start
         begin
           settings = Snapshots.checked_directory(settings)
-          RequestChecks.check(settings) if check_probes
           path = Native.recorder_start(settings.ring_size, settings.flight, Watcher.wake_fd,
                                        ProbeTable.names(settings))
           @lock.synchronize do
             install(Recording.new(id:, by:, settings:, path:, armed: {}.compare_by_identity, dumps: [],
-                                  lease:, lease_until: lease && (now + lease)))
+                                  lease:, lease_until: lease && (now + lease)), cancelled)
           end
         ensure
           @starting = false
@@ -252,8 +260,12 @@ module StaticTracing
 
       # Records into the ring Native.recorder_start made; if any step
       # fails, whatever was done is taken back, ring and probes armed.
-      def install(recording)
+      # A start cancelled while its ring was made (+cancelled+ says so)
+      # is taken back before any probe is armed.
+      def install(recording, cancelled = nil)
         installed = false
+        raise RecorderError, "#{CANCELLED}, and it was not started" if cancelled&.call
+
         @recording = recording
         Blocks.tracing_changed
         arm_matching(recording)

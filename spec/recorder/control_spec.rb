@@ -45,7 +45,7 @@ RSpec.describe "The control channel of a live process", :subprocess do
   def reply_to(id)
     eventually("process #{app.pid} answers request #{id.inspect}", timeout: 10) do
       reply = raw_state(app.pid)["recorder_reply"]
-      reply if reply && reply["id"] == id
+      reply if reply && reply["id"] == id && !reply["pending"]
     end
   end
 

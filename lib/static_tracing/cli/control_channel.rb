@@ -16,6 +16,11 @@ module StaticTracing
     class ControlChannel
       REQUEST_FORMAT = 1
       REPLY_TIMEOUT = 5.0
+      # An answer the process began before the deadline may take this much
+      # longer to be published.
+      ANSWER_GRACE = 1.0
+      # A request still under way after this long is said to be waited for.
+      PENDING_SAID = 1.0
       POLL_INTERVAL = 0.02
       # A ring file: its header and probe table (at most 16 MiB: it grows
       # with the probes a recording names), then its slots.
@@ -40,9 +45,16 @@ module StaticTracing
 
       # Sends a request and waits for the process to answer it; returns the
       # answer's message, or raises Error with it when the process refused.
-      def request(action, id: SecureRandom.hex(8), timeout: REPLY_TIMEOUT, **fields)
-        send_line(JSON.generate({ "format" => REQUEST_FORMAT, "id" => id, "action" => action }.merge(fields)))
-        reply = wait_reply(id, timeout)
+      # The process carries out a request only if it reads it within
+      # +timeout+ (its deadline); one it says takes longer (a large ring
+      # being made) is waited for as long as it takes, and +waiting+ is
+      # called once it has taken a second. A request given up on, at the
+      # deadline or at Ctrl-C, is cancelled: it is never carried out late.
+      def request(action, id: SecureRandom.hex(8), timeout: REPLY_TIMEOUT, waiting: nil, **fields)
+        deadline = monotonic + timeout
+        send_line(JSON.generate({ "format" => REQUEST_FORMAT, "id" => id, "action" => action,
+                                  "deadline" => Time.now.to_f + timeout }.merge(fields)))
+        reply = wait_reply(id, deadline, timeout, waiting)
         raise Error, "process #{pid} refused: #{reply["message"]}" unless reply["ok"]
 
         reply["message"]
@@ -180,18 +192,54 @@ module StaticTracing
         raise PrivateFile::Untrusted, "it has mode #{format("%04o", stat.mode & 0o7777)}, not private to its owner"
       end
 
-      def wait_reply(id, timeout)
-        deadline = monotonic + timeout
+      # The process's answer to request +id+. A process that has not read
+      # the request by +deadline+ will not carry it out; the command waits a
+      # moment longer for an answer on its way.
+      def wait_reply(id, deadline, timeout, waiting)
+        @pending_since = nil
+        @waiting = waiting
         loop do
-          state = process.read
-          @state = state if state
-          reply = state&.recorder_reply
-          return reply if reply && reply["id"] == id
+          reply = answer_to(id)
+          return reply if reply
           raise Error, "process #{pid} exited before it answered" unless process.alive?
-          raise Error, reply_timeout_message(timeout) if monotonic > deadline
+
+          give_up(id, reply_timeout_message(timeout)) if @pending_since.nil? && monotonic > deadline + ANSWER_GRACE
 
           sleep(POLL_INTERVAL)
         end
+      rescue Interrupt
+        give_up(id, "interrupted while process #{pid} carried out the request", Interrupted)
+      end
+
+      # The process's answer to request +id+ once it is final, or nil; one
+      # still under way is noted, and said once it has taken a while.
+      def answer_to(id)
+        reply = current_state&.recorder_reply
+        return unless reply && reply["id"] == id
+        return reply unless reply["pending"]
+
+        @pending_since ||= monotonic
+        say_waiting if monotonic - @pending_since >= PENDING_SAID
+        nil
+      end
+
+      def say_waiting
+        waiting = @waiting or return
+
+        @waiting = nil
+        waiting.call
+      end
+
+      # Cancels request +id+ (if it was a record request, the recording
+      # does not start, or stops at once if it just did) and raises +error+.
+      def give_up(id, message, error = Error)
+        cancelled = begin
+          notify("cancel", id: SecureRandom.hex(8), recording: id)
+          "; it is cancelled: the process will not carry it out late"
+        rescue Error => e
+          "; it could not be cancelled (#{e.message})"
+        end
+        raise error, "#{message}#{cancelled}"
       end
 
       def reply_timeout_message(timeout)

@@ -76,8 +76,7 @@ module StaticTracing
         ended && ended["id"] == id ? (status || {}).merge(ended.slice("unrecorded", "unrecorded_probes")) : status
       end
 
-      # SIGTERM (kill, timeout(1), a shell's background job, where SIGINT is
-      # ignored) is taken as Ctrl-C is.
+      # SIGTERM is taken as Ctrl-C is (see Record#term_as_interrupt).
       def with_signals(interrupt, &)
         return with_trap(->(_) { raise Interrupt }, &) unless interrupt
 

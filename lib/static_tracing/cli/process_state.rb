@@ -237,7 +237,8 @@ module StaticTracing
       def reply(data)
         return unless data.is_a?(Hash) && data["id"].is_a?(String)
 
-        { "id" => data["id"], "ok" => data["ok"] == true, "message" => data["message"].to_s }
+        { "id" => data["id"], "ok" => data["ok"] == true, "message" => data["message"].to_s,
+          "pending" => data["pending"] == true }
       end
 
       def ended(data)

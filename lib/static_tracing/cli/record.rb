@@ -69,13 +69,23 @@ module StaticTracing
       def execute(args)
         raise UsageError, "missing PID" if args.empty?
 
-        pid = pid_argument(args.first(1))
+        @pid = pid = pid_argument(args.first(1))
         return stop(pid) if @stop
 
         settings = recording_settings(args.drop(1))
         recorder = ControlChannel.new(pid)
         check_dump_dir(recorder, settings)
-        settings.flight ? start_flight(recorder, settings) : record(recorder, settings)
+        term_as_interrupt { settings.flight ? start_flight(recorder, settings) : record(recorder, settings) }
+      end
+
+      # SIGTERM (kill, timeout(1), a shell's background job, where SIGINT
+      # is ignored) ends the command as Ctrl-C does: a request waited for
+      # is cancelled, a recording followed is written.
+      def term_as_interrupt
+        previous = Signal.trap("TERM") { raise Interrupt }
+        yield
+      ensure
+        Signal.trap("TERM", previous || "DEFAULT")
       end
 
       # The process checks its dump directory again; checked here too, the
@@ -87,9 +97,16 @@ module StaticTracing
         raise Error, "process #{recorder.pid} could not write snapshots into #{dir}: #{problem} (--dump-dir)"
       end
 
-      # What every record request carries besides its settings.
+      # What every record request carries besides its settings. A large
+      # ring takes seconds to make: the command waits for it, and says so.
       def request_fields(settings)
-        { settings: settings.to_h, wait_for_probes: @wait_for_probes }
+        waiting = lambda do
+          err.puts("Process #{@pid} is making its ring (#{RecordingOptions.format_size(
+            RecordingOptions.slots_size(settings.ring_size)
+          )}, all of it reserved now): waiting until it is ready (Ctrl-C gives up, and the recording then " \
+                   "does not start)...")
+        end
+        { settings: settings.to_h, wait_for_probes: @wait_for_probes, waiting: }
       end
 
       # Options that only make sense together are refused apart.
