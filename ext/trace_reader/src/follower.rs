@@ -4,7 +4,7 @@
 use crate::errors::trace_error;
 use crate::reader::{output_file, tuple, write_error};
 use crate::sources::Source;
-use crate::trace::{probe_array, record_array};
+use crate::trace::{probe_array, record_list};
 use magnus::{function, method, prelude::*, Error, RArray, RModule, Ruby, Value};
 use std::cell::RefCell;
 use std::io::{BufWriter, Write};
@@ -80,11 +80,7 @@ impl Follower {
             .borrow()
             .records_after(bytes)
             .map_err(|err| trace_error(ruby, err))?;
-        let list = ruby.ary_new_capa(records.len());
-        for record in &records {
-            list.push(record_array(ruby, record)?)?;
-        }
-        Ok(list)
+        record_list(ruby, &records)
     }
 
     /// Bytes of the records held so far.

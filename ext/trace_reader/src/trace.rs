@@ -4,8 +4,8 @@
 
 use magnus::{method, prelude::*, Error, RArray, RModule, Ruby, Value};
 use stapsdt::ring::format::type_name;
-use stapsdt::ring::{ProbeEntry, Record};
-use trace_report::Trace as Read;
+use stapsdt::ring::{Arg, ProbeEntry};
+use trace_report::{RecordRef, Records, Trace as Read};
 
 #[magnus::wrap(class = "StaticTracing::TraceReader::Trace", free_immediately, size)]
 pub struct Trace(pub Read);
@@ -79,11 +79,7 @@ impl Trace {
 
     /// `[[seq, time_ns, probe_id, tid, args], ...]`, in sequence order.
     fn records(ruby: &Ruby, rb_self: &Self) -> Result<RArray, Error> {
-        let records = ruby.ary_new_capa(rb_self.0.records.len());
-        for record in &rb_self.0.records {
-            records.push(record_array(ruby, record)?)?;
-        }
-        Ok(records)
+        record_list(ruby, &rb_self.0.records)
     }
 }
 
@@ -99,17 +95,24 @@ pub fn probe_array(ruby: &Ruby, probe: &ProbeEntry) -> Result<RArray, Error> {
     Ok(entry)
 }
 
-pub fn record_array(ruby: &Ruby, record: &Record) -> Result<RArray, Error> {
-    let args = ruby.ary_new_capa(record.args.len());
-    for arg in &record.args {
+/// Records as `Trace#record_list` gives them.
+pub fn record_list(ruby: &Ruby, records: &Records) -> Result<RArray, Error> {
+    let list = ruby.ary_new_capa(records.len());
+    for record in records {
+        list.push(record_array(ruby, record)?)?;
+    }
+    Ok(list)
+}
+
+fn record_array(ruby: &Ruby, record: RecordRef<'_>) -> Result<RArray, Error> {
+    let args = ruby.ary_new_capa(record.args().len());
+    for arg in record.args() {
         let value: Value = match arg {
-            stapsdt::ring::Value::Int(value) => ruby.integer_from_i64(*value).as_value(),
-            stapsdt::ring::Value::Float(value) => ruby.float_from_f64(*value).as_value(),
+            Arg::Int(value) => ruby.integer_from_i64(value).as_value(),
+            Arg::Float(value) => ruby.float_from_f64(value).as_value(),
             // As the process fired them: Ruby's Strings, UTF-8 unless they
             // were not (then invalid, as they were).
-            stapsdt::ring::Value::Str(bytes) => {
-                ruby.enc_str_new(bytes, ruby.utf8_encoding()).as_value()
-            }
+            Arg::Str(bytes) => ruby.enc_str_new(bytes, ruby.utf8_encoding()).as_value(),
         };
         args.push(value)?;
     }

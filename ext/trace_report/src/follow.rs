@@ -10,6 +10,7 @@
 //! (overwrite) the writer does not wait: what it overwrote before a poll
 //! is lost.
 
+use crate::records::Records;
 use crate::trace::TraceError;
 use crate::write::{write_trace, Held, Origin};
 use stapsdt::ring::format::{offset, Counters, Header};
@@ -126,7 +127,7 @@ impl Follower {
 
     /// The records held after the first `bytes` bytes of them (see
     /// [`Held::len`]), read back.
-    pub fn records_after(&self, bytes: usize) -> Result<Vec<stapsdt::ring::Record>, TraceError> {
+    pub fn records_after(&self, bytes: usize) -> Result<Records, TraceError> {
         let after = self.held.after(bytes);
         let mut file = Vec::new();
         write_trace(&mut file, origin(&self.opened, &after), &after).map_err(|err| {

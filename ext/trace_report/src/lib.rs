@@ -8,9 +8,11 @@
 //! Nothing here knows about Ruby.
 
 pub mod follow;
+pub mod records;
 pub mod report;
 pub mod tally;
 pub mod trace;
 pub mod write;
 
+pub use records::{RecordRef, Records};
 pub use trace::{Trace, TraceError};

@@ -14,7 +14,7 @@ mod probe_calls;
 mod text;
 
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 
 use crate::Trace;
 use std::fmt;

@@ -1,8 +1,9 @@
 //! A ring or trace file read whole: its header, its probes and the
-//! records it holds, in sequence order.
+//! records it holds, in sequence order, held compactly ([`Records`]).
 
+use crate::records::Records;
 use stapsdt::ring::scan::{self, Pass, ReadAt, ReadError};
-use stapsdt::ring::{Counters, Header, ProbeEntry, Record};
+use stapsdt::ring::{Counters, Header, ProbeEntry};
 use std::fmt;
 use std::io;
 
@@ -16,7 +17,7 @@ pub struct Trace {
     pub counters: Counters,
     pub probes: Vec<ProbeEntry>,
     /// In sequence order.
-    pub records: Vec<Record>,
+    pub records: Records,
 }
 
 /// Why a file could not be read, naming it.
@@ -68,13 +69,20 @@ impl Trace {
     /// in one pass, a ring (its process may be writing it) at a cut, in
     /// passes A, B and C.
     pub fn read(source: &(impl ReadAt + ?Sized), name: &str) -> Result<Trace, TraceError> {
-        let read = scan::read(source, Pass::Live).map_err(|err| TraceError::of(name, err))?;
+        let mut opened = scan::open(source, Pass::Live).map_err(|err| TraceError::of(name, err))?;
+        // The table the records were checked against: a live ring's may
+        // grow by the time they are all read, never shrink.
+        let mut records = Records::new(&opened.probes);
+        opened
+            .read_all(source, |record, _| records.push(&record))
+            .map_err(|err| TraceError::of(name, err))?;
+        records.sort();
         Ok(Trace {
             name: name.to_owned(),
-            header: read.header,
-            counters: read.counters,
-            probes: read.probes,
-            records: read.records,
+            header: opened.header,
+            counters: opened.counters,
+            probes: opened.probes,
+            records,
         })
     }
 
@@ -100,10 +108,5 @@ impl Trace {
     pub fn wall_time_ns(&self, monotonic_ns: u64) -> i64 {
         let since = monotonic_ns as i128 - i128::from(self.header.anchor_monotonic_ns);
         (i128::from(self.header.anchor_realtime_ns) + since) as i64
-    }
-
-    /// The probe a record names (the reader checked that it is in the table).
-    pub fn probe(&self, record: &Record) -> &ProbeEntry {
-        &self.probes[record.probe as usize]
     }
 }

@@ -81,7 +81,7 @@ fn values(trace: &Trace) -> Vec<Vec<Value>> {
     trace
         .records
         .iter()
-        .map(|record| record.args.clone())
+        .map(|record| record.to_record().args)
         .collect()
 }
 
@@ -169,7 +169,8 @@ fn a_dump_holds_the_records_of_the_cut_sized_to_them() {
     let counts = dump(&fixture.file, "ring", &mut out).unwrap();
     assert_eq!((counts.records, counts.lost), (1 << 12, 10_000 - (1 << 12)));
     let trace = Trace::read(&out[..], "dump").unwrap();
-    assert_eq!(trace.records.last().unwrap().args, [Value::Int(9_999)]);
+    let last = trace.records.iter().last().unwrap();
+    assert_eq!(last.to_record().args, [Value::Int(9_999)]);
     assert_eq!(trace.lost(), 10_000 - (1 << 12));
     let _ = std::io::sink().write_all(&out);
 }

@@ -10,9 +10,10 @@
 //! into the buffered output, with nothing allocated per record but the
 //! text of a String argument that is not UTF-8.
 
+use crate::records::Args;
 use crate::Trace;
 use serde_json::ser::{CompactFormatter, Formatter};
-use stapsdt::ring::{ProbeEntry, Value};
+use stapsdt::ring::{Arg, ProbeEntry};
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
@@ -69,8 +70,8 @@ impl<W: Write> Events<'_, W> {
                 Some(arg) => {
                     // The reader checked that it is an Integer; a negative
                     // latency (the process fired one) lasts nothing.
-                    let latency = match record.args.get(arg) {
-                        Some(&Value::Int(latency)) => i128::from(latency.max(0)),
+                    let latency = match record.arg(arg) {
+                        Some(Arg::Int(latency)) => i128::from(latency.max(0)),
                         _ => 0,
                     };
                     self.out.write_all(b",\"ts\":")?;
@@ -88,7 +89,7 @@ impl<W: Write> Events<'_, W> {
             self.out.write_all(b",\"tid\":")?;
             CompactFormatter.write_u32(self.out, record.tid)?;
             self.out.write_all(b",\"args\":{")?;
-            self.arguments(&record.args, latency_arg)?;
+            self.arguments(record.args(), latency_arg)?;
             self.out.write_all(b"}}")?;
         }
         Ok(())
@@ -104,9 +105,9 @@ impl<W: Write> Events<'_, W> {
     }
 
     /// `"arg0":value,...` by the arguments' positions, but the one left out.
-    fn arguments(&mut self, args: &[Value], left_out: Option<usize>) -> io::Result<()> {
+    fn arguments(&mut self, args: Args<'_>, left_out: Option<usize>) -> io::Result<()> {
         let mut first = true;
-        for (index, value) in args.iter().enumerate() {
+        for (index, value) in args.enumerate() {
             if Some(index) == left_out {
                 continue;
             }
@@ -122,17 +123,17 @@ impl<W: Write> Events<'_, W> {
         Ok(())
     }
 
-    fn value(&mut self, value: &Value) -> io::Result<()> {
+    fn value(&mut self, value: Arg<'_>) -> io::Result<()> {
         match value {
-            Value::Int(value) => CompactFormatter.write_i64(self.out, *value),
-            Value::Float(value) if value.is_finite() => {
-                write_ruby_float(self.out, *value, &mut self.float_text)
+            Arg::Int(value) => CompactFormatter.write_i64(self.out, value),
+            Arg::Float(value) if value.is_finite() => {
+                write_ruby_float(self.out, value, &mut self.float_text)
             }
             // JSON has no such numbers: the names Ruby gives them, as strings.
-            Value::Float(value) if value.is_nan() => self.out.write_all(b"\"NaN\""),
-            Value::Float(value) if *value > 0.0 => self.out.write_all(b"\"Infinity\""),
-            Value::Float(_) => self.out.write_all(b"\"-Infinity\""),
-            Value::Str(bytes) => json_string(self.out, &String::from_utf8_lossy(bytes)),
+            Arg::Float(value) if value.is_nan() => self.out.write_all(b"\"NaN\""),
+            Arg::Float(value) if value > 0.0 => self.out.write_all(b"\"Infinity\""),
+            Arg::Float(_) => self.out.write_all(b"\"-Infinity\""),
+            Arg::Str(bytes) => json_string(self.out, &String::from_utf8_lossy(bytes)),
         }
     }
 
@@ -291,7 +292,7 @@ fn reads_back(digits: &str, exponent: i32, value: f64) -> bool {
 mod tests {
     use super::super::testing::*;
     use super::*;
-    use stapsdt::ring::Record;
+    use stapsdt::ring::{Record, Value};
     use stapsdt::ArgType;
 
     fn chrome(traces: &[Trace]) -> String {
@@ -379,14 +380,14 @@ mod tests {
 
     #[test]
     fn writes_times_before_the_epoch_and_past_64_bits_exactly() {
-        let mut early = trace("a.trace", vec![hits_probe(0)], vec![]);
-        early.header.anchor_realtime_ns = -1_500;
-        early.records = vec![record(0, vec![], 0, 1), record(0, vec![], 1_000, 1)];
-        let mut late = trace(
-            "b.trace",
-            vec![hits_probe(0)],
-            vec![record(0, vec![], u64::MAX, 1)],
+        let tick = || vec![probe(0, "app", "tick", vec![], None, None)];
+        let mut early = trace(
+            "a.trace",
+            tick(),
+            vec![record(0, vec![], 0, 1), record(0, vec![], 1_000, 1)],
         );
+        early.header.anchor_realtime_ns = -1_500;
+        let mut late = trace("b.trace", tick(), vec![record(0, vec![], u64::MAX, 1)]);
         late.header.anchor_realtime_ns = i64::MAX;
         let written = chrome(&[early, late]);
         assert!(written.contains("\"ts\":-1.500,"));

@@ -3,7 +3,7 @@
 //! `stack count` per distinct stack, sorted, as flamegraph.pl reads them.
 
 use crate::Trace;
-use stapsdt::ring::Value;
+use stapsdt::ring::Arg;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
 
@@ -56,7 +56,7 @@ fn counts(traces: &[Trace]) -> BTreeMap<String, u64> {
                 continue;
             };
             // The reader checked that a stack argument is a String.
-            if let Some(Value::Str(stack)) = record.args.get(arg) {
+            if let Some(Arg::Str(stack)) = record.arg(arg) {
                 *counts.entry(stack).or_default() += 1;
             }
         }
@@ -93,6 +93,7 @@ fn cleaned(stack: &[u8]) -> String {
 mod tests {
     use super::super::testing::*;
     use super::*;
+    use stapsdt::ring::Value;
 
     fn folded(traces: &[Trace]) -> String {
         let mut out = Vec::new();

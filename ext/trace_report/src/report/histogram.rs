@@ -18,39 +18,33 @@ pub struct Bucket {
     pub count: u64,
 }
 
-/// bpftrace's `hist()` buckets of `arg0 / 1000` for `sorted` (ns,
-/// ascending), from the lowest bucket counted to the highest, the empty
+/// bpftrace's `hist()` buckets of `arg0 / 1000` for `latencies` (ns, in
+/// any order), from the lowest bucket counted to the highest, the empty
 /// ones between. `arg0 / 1000` truncates toward zero, so "< 0" ends at
-/// -1000ns, [0] at 1000ns, [1] at 2000ns, [2, 4) at 4000ns... Each count is
-/// a binary search for its bucket's end: a million calls cost no more than
-/// a few.
-pub fn latency_buckets(sorted: &[i64]) -> Vec<Bucket> {
-    let Some(&max) = sorted.last() else {
+/// -1000ns, [0] at 1000ns, [1] at 2000ns, [2, 4) at 4000ns... Counted in
+/// one pass: a million calls need not be sorted for it.
+pub fn latency_buckets(latencies: &[i64]) -> Vec<Bucket> {
+    // By bits + 1: "< 0", [0], then bit lengths 1 to 63.
+    let mut counts = [0u64; 65];
+    for &ns in latencies {
+        let micros = ns / 1000;
+        let index = if micros < 0 {
+            0
+        } else {
+            65 - micros.leading_zeros() as usize
+        };
+        counts[index] += 1;
+    }
+    let Some(first) = counts.iter().position(|&count| count > 0) else {
         return Vec::new();
     };
-    let mut starts = vec![0];
-    starts.extend(bucket_ends(max).map(|end| sorted.partition_point(|&ns| i128::from(ns) < end)));
-    let counts: Vec<u64> = starts
-        .windows(2)
-        .map(|pair| (pair[1] - pair[0]) as u64)
-        .collect();
-    let first = counts.iter().position(|&count| count > 0).unwrap_or(0);
-    let last = counts.iter().rposition(|&count| count > 0).unwrap_or(0);
+    let last = counts.iter().rposition(|&count| count > 0).unwrap_or(first);
     (first..=last)
         .map(|index| Bucket {
             bits: index as i32 - 1,
             count: counts[index],
         })
         .collect()
-}
-
-/// Where each bucket ends (the least duration, in ns, past it), from "< 0"
-/// on, to the bucket of `max`.
-fn bucket_ends(max: i64) -> impl Iterator<Item = i128> {
-    let max = i128::from(max);
-    let doubling =
-        std::iter::successors(Some(1000i128), move |&end| (end <= max).then_some(end * 2));
-    std::iter::once(-999).chain(doubling)
 }
 
 /// The bucket's inclusive bounds in microseconds, as bpftrace's JSON gives
@@ -167,8 +161,7 @@ mod tests {
                 .collect();
             samples.push(sample);
         }
-        for mut sample in samples {
-            sample.sort_unstable();
+        for sample in samples {
             assert_eq!(
                 latency_buckets(&sample),
                 bpftrace_hist(&sample),

@@ -4,7 +4,7 @@
 //! first name them.
 
 use crate::Trace;
-use stapsdt::ring::Value;
+use stapsdt::ring::Arg;
 use std::collections::HashMap;
 
 /// A probe's calls in all the files.
@@ -48,7 +48,7 @@ impl Tally {
             calls[probe] += 1;
             if let (Some(arg), Some(durations)) = (latency_args[probe], &mut latencies[probe]) {
                 // The reader checked that a latency argument is an Integer.
-                if let Some(&Value::Int(duration)) = record.args.get(arg) {
+                if let Some(Arg::Int(duration)) = record.arg(arg) {
                     durations.push(duration);
                 }
             }

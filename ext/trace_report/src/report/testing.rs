@@ -2,7 +2,7 @@
 //! report spec: process 4321, whose clock reads the Unix epoch at 0 plus
 //! [`EPOCH`], so that a record's time is its wall-clock time less EPOCH.
 
-use crate::Trace;
+use crate::{Records, Trace};
 use stapsdt::ring::{Counters, Header, ProbeEntry, Record, Value};
 use stapsdt::ArgType;
 
@@ -109,7 +109,8 @@ pub fn stack_record(stack: &[u8], time_ns: u64) -> Record {
     record(2, vec![Value::Str(stack.to_vec())], time_ns, 7)
 }
 
-/// A trace file of process 4321 holding `records` and nothing lost.
+/// A trace file of process 4321 holding `records` (each of its probe's
+/// types, as the reader finds them) and nothing lost.
 pub fn trace(name: &str, probes: Vec<ProbeEntry>, mut records: Vec<Record>) -> Trace {
     for (seq, record) in records.iter_mut().enumerate() {
         record.seq = seq as u64;
@@ -130,12 +131,16 @@ pub fn trace(name: &str, probes: Vec<ProbeEntry>, mut records: Vec<Record>) -> T
         records: records.len() as u64,
         ..Counters::default()
     };
+    let mut held = Records::new(&probes);
+    for record in &records {
+        held.push(record);
+    }
     Trace {
         name: name.to_owned(),
         header,
         counters,
         probes,
-        records,
+        records: held,
     }
 }
 
