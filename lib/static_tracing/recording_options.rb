@@ -33,6 +33,14 @@ module StaticTracing
     # A glob over provider and probe names: their characters, * and ?.
     GLOB = /\A[A-Za-z0-9_*?]+\z/
     TRIGGER = /\A(?<pattern>[^<>=]+?)\s*>\s*(?<threshold>[^<>=]+)\z/
+    # What STATIC_TRACING_RECORD cannot do that `static-tracing record`
+    # does: the command reads the ring and writes the file, not the process.
+    BOOT_SECONDS = "--seconds is static-tracing record's: it follows the ring and writes the trace file when the " \
+                   "time is up, which a process cannot do for itself (its recording runs until stopped); to record " \
+                   "a program's first seconds, run it as static-tracing record --seconds N -- COMMAND"
+    BOOT_OUTPUT = "-o is static-tracing record's, which writes the trace file; a process records into its ring " \
+                  "(static-tracing dump PID -o FILE writes a flight recording, or run the program as " \
+                  "static-tracing record -o FILE -- COMMAND)"
     # What one request may carry at most: a request is one write to a FIFO.
     MAX_PATTERNS = 64
     # A trigger's threshold, in nanoseconds. The process keeps it in 64
@@ -109,7 +117,11 @@ module StaticTracing
     # (STATIC_TRACING_RECORD's value). ArgumentError if it cannot be parsed.
     def parse_arguments(text)
       values = {}
-      parser = OptionParser.new { |each| define(each, values) }
+      parser = OptionParser.new do |each|
+        define(each, values)
+        each.on("--seconds N") { raise ArgumentError, BOOT_SECONDS }
+        each.on("-o", "--output FILE") { raise ArgumentError, BOOT_OUTPUT }
+      end
       patterns = parser.parse(Shellwords.split(text))
       settings(probes: patterns, **values)
     rescue OptionParser::ParseError => e

@@ -46,7 +46,7 @@ RSpec.describe "Recording a live process with static-tracing", :subprocess do
       app.evaluate("EVENT.fire(1, 'not recorded')")
       output = interrupt_record(command)
 
-      expect(output).to include("Wrote 500 records to #{trace} (interrupted).")
+      expect(output).to match(wrote_line(500, trace, "interrupted"))
       expect(output).to match(/^rec_app:index  500 calls, p50 \S+, p90 \S+, p99 \S+, max \S+$/)
       expect(recorded_calls(read_trace(trace))).to eq("rec_app:index" => 500)
       expect(read_trace(trace).lost).to eq(0)
@@ -71,7 +71,7 @@ RSpec.describe "Recording a live process with static-tracing", :subprocess do
       Process.kill("KILL", app.pid)
       expect(command.wait).to be_success, command.output
 
-      expect(command.output).to include("Wrote 300 records to #{trace} (the process exited).")
+      expect(command.output).to match(wrote_line(300, trace, "the process exited"))
       expect(recorded_calls(read_trace(trace))).to eq("rec_app:index" => 300)
     end
 

@@ -70,7 +70,7 @@ RSpec.describe "A recording that ends early", :subprocess do
         eventually("process #{pid} is a zombie") { zombie?(pid) }
 
         expect(command.wait).to be_success, command.output
-        expect(command.output).to include("Wrote 300 records to #{trace} (the process exited).")
+        expect(command.output).to match(wrote_line(300, trace, "the process exited"))
         expect(recorded_calls(read_trace(trace))).to eq("cut_app:index" => 300)
       end
     end
@@ -90,7 +90,7 @@ RSpec.describe "A recording that ends early", :subprocess do
       status = command.wait
 
       expect(status.exitstatus).to eq(1), command.output
-      expect(command.output).to include("Wrote 100 records to #{trace} (cut short).")
+      expect(command.output).to match(wrote_line(100, trace, "cut short"))
       said = "process #{app.pid} stopped it: static-tracing record did not renew it for 10s (it was killed, " \
              "suspended, or too busy to); #{trace} holds the 100 records read until then"
       cut_short = /^static-tracing: the recording was cut short after [\d.]+s: #{Regexp.quote(said)}/
@@ -106,7 +106,7 @@ RSpec.describe "A recording that ends early", :subprocess do
       status = command.wait
 
       expect(status.exitstatus).to eq(1), command.output
-      expect(command.output).to include("Wrote 40 records to #{trace} (cut short).")
+      expect(command.output).to match(wrote_line(40, trace, "cut short"))
       expect(command.output).to include("process #{app.pid} stopped it: a request stopped it (static-tracing " \
                                         "record PID --stop, or the command that started it)")
       expect(recorded_calls(read_trace(trace))).to eq("cut_app:index" => 40)

@@ -33,6 +33,13 @@ module E2E
       command.output
     end
 
+    # What `record` says of the trace file it wrote: +count+ records in
+    # +path+, and why the recording ended (nil: its time was up).
+    def wrote_line(count, path, why = nil)
+      ending = why && " \\(#{Regexp.quote(why)}\\)"
+      /^Wrote #{count} records? to #{Regexp.quote(path)}, from \S+ of recording#{ending}\.$/
+    end
+
     def read_trace(path)
       StaticTracing::CLI::TraceFile.read(path)
     end

@@ -39,10 +39,12 @@ module StaticTracing
       # exits, the recording ends under the command or, unless +interrupt+
       # is given, Ctrl-C (SIGINT) or SIGTERM: +interrupt+ is then called
       # instead, and following goes on. Then stops the recording (unless
-      # it ended already) and reads what is left. Returns self.
-      def follow(seconds: nil, interrupt: nil)
+      # it ended already) and reads what is left. +opened+ is called once
+      # the ring is open. Returns self.
+      def follow(seconds: nil, interrupt: nil, opened: nil)
         recorder.open_ring(write: true) do |ring|
           @reader = TraceFile::RingReader.new(ring)
+          opened&.call
           @ending = with_signals(interrupt) { poll(seconds && (monotonic + seconds)) }
           stop if %i[time interrupt].include?(ending.kind)
           @finished = monotonic

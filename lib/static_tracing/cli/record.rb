@@ -6,6 +6,8 @@ require_relative "output_file"
 require_relative "control_channel"
 require_relative "trace_file"
 require_relative "live_recording"
+require_relative "launched_command"
+require_relative "record_output"
 
 module StaticTracing
   module CLI
@@ -15,9 +17,11 @@ module StaticTracing
     # recorder running in the process instead (`dump` snapshots it,
     # `record PID --stop` ends it).
     class Record < Command
+      include RecordOutput
+
       command "record",
               arguments: "PID [PROBE-PATTERN...] [--seconds N] [-o FILE] [--wait-for-probes] [--flight [--size SIZE] " \
-                         "[--dump-when TRIGGER]] [--stop]",
+                         "[--dump-when TRIGGER]] [--stop] | [PROBE-PATTERN...] [options] -- COMMAND [ARGS...]",
               summary: "Record a process's probes in the process itself: no root, no BPF",
               description: <<~TEXT.chomp
                 Has process PID record the calls of its probes into a ring next to its stubs, and reads
@@ -35,6 +39,11 @@ module StaticTracing
                 PID -o FILE writes what it holds. --dump-when 'my_controller:show > 250ms' has the process
                 write such a snapshot itself when a call is slower than that (flight mode), into
                 --dump-dir: a directory the process's user may write to, relative to here if relative.
+
+                With -- COMMAND ARGS... instead of a PID, starts COMMAND recording from its first probe
+                (STATIC_TRACING_RECORD) and follows it until it exits (or --seconds pass), then writes the
+                trace file and its report, and exits with COMMAND's status. Ctrl-C reaches COMMAND as any
+                foreground job's; SIGINT or SIGTERM sent to static-tracing is passed on to it.
               TEXT
 
       DEFAULT_SECONDS = nil
@@ -42,6 +51,14 @@ module StaticTracing
       # The process stops a recording by itself this long after the last
       # renewal: what a `record` killed with SIGKILL leaves running.
       LEASE = 10.0
+
+      # `record [options] -- COMMAND ARGS...`: whatever follows `--` is
+      # the program to start, never patterns or options.
+      def run(argv)
+        split = argv.index("--")
+        @launch = split && argv[(split + 1)..]
+        super(split ? argv[0...split] : argv)
+      end
 
       private
 
@@ -67,6 +84,7 @@ module StaticTracing
       end
 
       def execute(args)
+        return launch(args) if @launch
         raise UsageError, "missing PID" if args.empty?
 
         @pid = pid = pid_argument(args.first(1))
@@ -130,6 +148,59 @@ module StaticTracing
         raise UsageError, e.message
       end
 
+      # Starts COMMAND recording from its start, follows its ring until it
+      # exits (or --seconds pass), writes the trace, and exits as it did.
+      def launch(patterns)
+        raise UsageError, "missing COMMAND after --" if @launch.empty?
+        if @stop || @values[:flight] || @values[:dump_when]
+          raise UsageError, "--flight, --dump-when and --stop go with a PID, not a COMMAND"
+        end
+
+        settings = recording_settings(patterns)
+        output = OutputFile.check(@output || default_output(0), replace: !@output.nil?)
+        command = LaunchedCommand.new(@launch, settings).start
+        follow_launched(command, settings, output)
+      rescue LaunchedCommand::NotStarted => e
+        err.puts("#{PROGRAM}: #{e.message}")
+        e.exit_code
+      end
+
+      def follow_launched(command, settings, output)
+        recorder = command.wait_for_recording or return never_recorded(command)
+
+        err.puts("Recording probes (#{patterns(settings)}) in process #{recorder.pid} (#{command}) from its start " \
+                 "until it exits#{@seconds ? " or #{format("%g", @seconds)}s pass" : ""} (Ctrl-C is passed to it)...")
+        recording = LiveRecording.new(recorder, recorder.recording["id"], leased: false)
+        recording.follow(seconds: @seconds, interrupt: ->(signal) { command.pass_on(signal) },
+                         opened: -> { command.ready })
+        finish(recording, @output ? output : default_output(recorder.pid))
+        wait_for(command)
+      rescue Error => e
+        # The program is the user's: it is never left behind, nor ended.
+        err.puts("#{PROGRAM}: #{e.message}")
+        wait_for(command)
+      ensure
+        command.ready
+      end
+
+      # Nothing to follow: the program goes on all the same, and the
+      # command ends as it does.
+      def never_recorded(command)
+        why = command.refusal ? "its recording was refused: #{command.refusal}" : "it did not load static_tracing"
+        err.puts("#{PROGRAM}: #{command} records nothing: #{why}")
+        command.wait
+      end
+
+      # Once its trace is written, the command ends as its program does.
+      def wait_for(command)
+        out.flush
+        unless command.exited?
+          err.puts("#{PROGRAM}: process #{command.pid} (#{command}) goes on; waiting for it to exit (Ctrl-C is " \
+                   "passed to it)...")
+        end
+        command.wait
+      end
+
       def absolute_dump_dir
         dump_dir = @values[:dump_dir]
         @values[:dump_dir] = File.expand_path(dump_dir) if dump_dir.is_a?(String) && !dump_dir.empty?
@@ -170,47 +241,6 @@ module StaticTracing
         say_unrecorded(recording)
         recording.follow(seconds: @seconds)
         finish(recording, output)
-      end
-
-      # Writes what +recording+ read and reports it; the exit status says
-      # whether it ran as asked.
-      def finish(recording, output)
-        path = OutputFile.write(output, replace: !@output.nil?) { |file| recording.reader.write(file) }
-        report(path, recording)
-        say_unrecorded(recording)
-        if recording.stop_failure
-          err.puts("#{PROGRAM}: could not stop the recording: #{recording.stop_failure} (the process stops it by " \
-                   "itself #{format("%g", LEASE)}s after the last renewal)")
-        end
-        return 0 unless recording.cut_short?
-
-        err.puts("#{PROGRAM}: the recording was cut short after #{format("%.1f", recording.seconds)}s: " \
-                 "#{recording.ending.reason}; #{path} holds the #{count(recording.reader.records_read, "record")} " \
-                 "read until then")
-        EXIT_ERROR
-      end
-
-      # The probes named that the ring's probe table could not hold: their
-      # calls are counted as dropped, not recorded.
-      def say_unrecorded(recording)
-        listed, total = recording.unrecorded
-        return if total.zero?
-
-        more = total - listed.size
-        err.puts("#{PROGRAM}: #{count(total, "probe")} named cannot be recorded: the ring's probe table is full " \
-                 "(#{listed.join(", ")}#{", and #{more} more" if more.positive?}); their calls count as dropped")
-      end
-
-      def default_output(pid)
-        "static-tracing-#{pid}-#{Time.now.strftime("%Y%m%d-%H%M%S")}.trace"
-      end
-
-      def report(path, recording)
-        why = { time: "", interrupt: " (interrupted)", exited: " (the process exited)",
-                cut_short: " (cut short)" }.fetch(recording.ending.kind)
-        out.puts("Wrote #{count(recording.reader.records_read, "record")} to #{path}#{why}.")
-        out.puts
-        Report.new(out:, err:, env:).run([path])
       end
     end
 
