@@ -96,11 +96,30 @@ module StaticTracing
         if target.extension_loaded?
           "process #{pid} has no static_tracing providers loaded: providers load on demand " \
             "(Provider#load, or as tracepoints are declared in ON mode) or, in SIGNAL mode (the default), " \
-            "after the process receives the configured signal (SIGTRAP unless configured otherwise: kill -TRAP #{pid})"
+            "after the process receives the configured signal (SIGTRAP unless configured otherwise: " \
+            "kill -TRAP #{pid})#{recording_without_providers(pid)}"
         else
           "process #{pid} has no static_tracing probes: it has not loaded the static_tracing gem " \
             "(no #{Target::EXTENSION} in /proc/#{pid}/maps); require it in that process first"
         end
+      end
+
+      # A process that records needs no provider loaded: what it records,
+      # and why nothing is loaded, as its state says.
+      def recording_without_providers(pid)
+        state = ProcessState.new(pid).read
+        recording = state&.recorder or return ""
+
+        armed = recording["armed"].is_a?(Integer) ? count(recording["armed"], "probe") : "probes"
+        ". It records #{armed}#{" (flight)" if recording["flight"]} all the same: the recorder needs no provider " \
+          "loaded, and none is for a tracer (#{tracing_of(state)})"
+      rescue Error, SystemCallError
+        ""
+      end
+
+      def tracing_of(state)
+        "mode #{state.mode}#{" (#{state.signal_name})" if state.mode == "signal"}, tracing " \
+          "#{state.enabled ? "enabled" : "disabled"}"
       end
 
       # "1 probe", "2 probes": every command words its counts this way.

@@ -69,7 +69,7 @@ module StaticTracing
       # reader without overwrite stores how far it read), checked as
       # PrivateFile checks; returns what the block returns.
       def open_ring(write: false, &block)
-        ring = recording&.fetch("ring") or raise Error, "process #{pid} is not recording (static-tracing record #{pid})"
+        ring = recording&.fetch("ring") or raise Error, not_recording_message
 
         opened = process.process.guard(ring) do
           PrivateFile.open_checked(process.process.reach(state.dir), File.basename(ring), write:, owner: uid,
@@ -245,6 +245,13 @@ module StaticTracing
       def reply_timeout_message(timeout)
         "process #{pid} did not answer within #{format("%g", timeout)}s: it may be busy (its " \
           "static_tracing thread needs the GVL: a long request holds it), stopped, or stuck; try again"
+      end
+
+      # What `dump` is for, and how the last recording ended if one did.
+      def not_recording_message
+        ended = state.recorder_ended
+        "process #{pid} is not recording#{" (its last recording ended: #{ended["reason"]})" if ended}; dump writes " \
+          "what a flight recording holds: start one with static-tracing record #{pid} --flight"
       end
 
       def missing_message
