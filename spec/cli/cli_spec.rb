@@ -42,7 +42,8 @@ RSpec.describe StaticTracing::CLI do
   end
 
   describe "usage errors" do
-    commands = "commands: list, latency, enable, disable, toggle, record, dump, report; see static-tracing --help"
+    commands = "commands: list, latency, enable, disable, toggle, record, dump, report, export; " \
+               "see static-tracing --help"
     # Each is one line on stderr, pointing at the help, with exit status 2.
     {
       [] => "static-tracing: no command given (#{commands})",

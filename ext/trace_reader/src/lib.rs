@@ -10,6 +10,7 @@ mod follower;
 mod output;
 mod reader;
 mod sources;
+mod tally;
 mod trace;
 
 use magnus::{Error, Module, Ruby};
@@ -22,5 +23,6 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     reader::init(ruby, module)?;
     trace::init(ruby, module)?;
     follower::init(ruby, module)?;
+    tally::init(ruby, module)?;
     Ok(())
 }

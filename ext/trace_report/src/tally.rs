@@ -359,6 +359,11 @@ impl Tally {
         TraceError::of(&self.name, err)
     }
 
+    /// The ring's name, as messages give it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// Every probe seen, in the order the rings' tables first named them.
     pub fn probes(&self) -> &[ProbeTally] {
         &self.probes

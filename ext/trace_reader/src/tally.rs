@@ -1,0 +1,130 @@
+//! `StaticTracing::TraceReader::Tally`: a process's ring tallied across
+//! scrapes, for `static-tracing export` and `StaticTracing::Rack::Metrics`
+//! (see `trace_report::tally`). It only reads the ring.
+//!
+//! The Rack endpoint runs in an application's worker, whose other threads
+//! serve requests: a scrape of a descriptor (the first one reads whole
+//! rings) runs with the GVL released, on a descriptor of its own, so that
+//! no Ruby thread waits for it, and none can close what it reads.
+
+// The gem's extension releases the GVL the same way: one implementation.
+#[path = "../../static_tracing/src/gvl.rs"]
+mod gvl;
+
+use crate::errors::trace_error;
+use crate::sources::Source;
+use magnus::{function, method, prelude::*, Error, IntoValue, RArray, RModule, Ruby, Value};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use trace_report::tally::{self, BUCKETS};
+use trace_report::TraceError;
+
+/// A mutex rather than a cell: a scrape runs without the GVL, and another
+/// Ruby thread may call on the same tally meanwhile; it then waits for
+/// the lock, also without the GVL, so that neither holds up the other.
+#[magnus::wrap(class = "StaticTracing::TraceReader::Tally", free_immediately, size)]
+struct Tally(Mutex<tally::Tally>);
+
+impl Tally {
+    /// `Tally.new(name)`: a tally of the ring named `name` in messages.
+    fn new(name: String) -> Tally {
+        Tally(Mutex::new(tally::Tally::new(&name)))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, tally::Tally> {
+        // A panic mid-scrape leaves the tally as it was before the scrape:
+        // a scrape adds what it read only once it read it all.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `scrape(ring)`: reads the ring (see `Source::of`) from where the
+    /// last scrape stopped to its cut; how many records it read.
+    fn scrape(ruby: &Ruby, rb_self: &Self, ring: Value) -> Result<u64, Error> {
+        let read = match Source::of(ring)? {
+            Source::File(file) => {
+                // Read through a descriptor of its own: the caller's may be
+                // closed by another thread once the GVL is released.
+                let own = file.try_clone().map_err(|err| {
+                    trace_error(
+                        ruby,
+                        TraceError::Io {
+                            name: rb_self.lock().name().to_owned(),
+                            err,
+                        },
+                    )
+                })?;
+                gvl::without_gvl(|| rb_self.lock().scrape(&own))
+            }
+            // Calls into Ruby: with the GVL.
+            source @ Source::Object(_) => rb_self.lock().scrape(&source),
+        };
+        read.map_err(|err| trace_error(ruby, err))
+    }
+
+    /// `[dropped, overwritten]`: records lost so far.
+    fn lost(&self) -> (u64, u64) {
+        let lost = self.lock().lost();
+        (lost.dropped, lost.overwritten)
+    }
+
+    /// `[[provider, name, calls, histogram], ...]`, histogram nil but for
+    /// a latency probe: `[[bound_micros, count], ..., count, sum_ns]`, each
+    /// bucket's own count (not cumulative), for scripts and specs.
+    fn probes(ruby: &Ruby, rb_self: &Self) -> Result<RArray, Error> {
+        let tally = rb_self.lock();
+        let list = ruby.ary_new_capa(tally.probes().len());
+        for probe in tally.probes() {
+            let histogram = match &probe.latency {
+                None => ruby.qnil().as_value(),
+                Some(histogram) => {
+                    let buckets = ruby.ary_new_capa(BUCKETS);
+                    for (bucket, count) in histogram.buckets.iter().enumerate() {
+                        buckets.push((tally::bucket_bound_micros(bucket), *count))?;
+                    }
+                    // 292 years of calls before it saturates.
+                    let sum = i64::try_from(histogram.sum_ns).unwrap_or(if histogram.sum_ns < 0 {
+                        i64::MIN
+                    } else {
+                        i64::MAX
+                    });
+                    (buckets, histogram.count, sum).into_value_with(ruby)
+                }
+            };
+            list.push((
+                probe.provider.as_str(),
+                probe.name.as_str(),
+                probe.calls,
+                histogram,
+            ))?;
+        }
+        Ok(list)
+    }
+
+    /// `Tally.exposition([[pid, tally], ...])`: the Prometheus text format
+    /// of them all, each labelled with its pid.
+    fn exposition(rings: RArray) -> Result<String, Error> {
+        let mut entries = Vec::with_capacity(rings.len());
+        for entry in rings.into_iter() {
+            let (pid, tally): (u64, magnus::typed_data::Obj<Tally>) =
+                magnus::TryConvert::try_convert(entry)?;
+            entries.push((pid, tally));
+        }
+        // The GVL is held throughout: `rings` keeps every tally alive.
+        let guards: Vec<(u64, MutexGuard<'_, tally::Tally>)> = entries
+            .iter()
+            .map(|(pid, tally)| (*pid, tally.lock()))
+            .collect();
+        let labelled: Vec<(u64, &tally::Tally)> =
+            guards.iter().map(|(pid, tally)| (*pid, &**tally)).collect();
+        Ok(tally::exposition(&labelled))
+    }
+}
+
+pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
+    let class = module.define_class("Tally", ruby.class_object())?;
+    class.define_singleton_method("new", function!(Tally::new, 1))?;
+    class.define_singleton_method("exposition", function!(Tally::exposition, 1))?;
+    class.define_method("scrape", method!(Tally::scrape, 1))?;
+    class.define_method("lost", method!(Tally::lost, 0))?;
+    class.define_method("probe_list", method!(Tally::probes, 0))?;
+    Ok(())
+}
