@@ -58,4 +58,9 @@ module StaticTracing
       0
     end
   end
+
+  # Rack apps of the gem: Rack::Metrics, loaded when first named.
+  module Rack
+    autoload :Metrics, File.expand_path("rack/metrics", __dir__)
+  end
 end
