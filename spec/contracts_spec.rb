@@ -3,11 +3,13 @@
 require "static_tracing/cli"
 
 # The `static-tracing` command loads none of the extension, so the rules it
-# shares with the gem are written twice: in Rust (ext/stapsdt) and in the
-# command's Ruby. These examples hold the two equal by asking both sides
-# about the same process: where its files are, what they are called, which
-# directories it passes over, which signals may toggle it.
+# shares with the gem are written twice: in Rust (ext/stapsdt, and the
+# reports of ext/trace_report) and in Ruby. These examples hold the two
+# equal by asking both sides about the same process or the same values:
+# where its files are, what they are called, which directories it passes
+# over, which signals may toggle it, how a duration is written.
 RSpec.describe "Contracts between the gem and the static-tracing command", :subprocess do
+  include CLIHelpers
   include_context "with a temporary directory", "contracts"
 
   def private_dir(name)
@@ -73,5 +75,26 @@ RSpec.describe "Contracts between the gem and the static-tracing command", :subp
 
   it "knows the same modes: every mode the gem publishes is one the command reads" do
     expect(StaticTracing::CLI::ProcessState::MODES).to eq(StaticTracing::Configuration::Modes::ALL.map(&:to_s))
+  end
+
+  # Durations are written by the gem's Ruby (Durations: `latency`, a
+  # trigger's warnings, recording settings) and by the reports, in Rust.
+  it "writes a duration as the gem does: the report's max of a call is Durations.format of its latency" do
+    latencies = [0, 1, 999, 1000, 1500, 2675, 9995, 9994, 99_950, 999_499, 999_500, 999_950, 1_000_000,
+                 1_234_567, 59_999_999_999, 10**12, -1, -1500, 2**62] +
+                Array.new(200) { |i| (1.37**(i % 120)).round + i }
+    probes = latencies.each_index.map do |id|
+      StaticTracing::CLI::TraceFile::Probe.new(id, "contract", "p#{id}", ["Integer"], 0, nil)
+    end
+    records = latencies.zip(probes).map do |latency, probe|
+      StaticTracing::CLI::TraceFile::Record.new(nil, 1_000, probe, 1, [latency])
+    end
+    path = File.join(@dir, "durations.trace")
+    File.binwrite(path, TraceImage.new.bytes(probes:, records:))
+
+    stdout = cli("report", path).stdout
+    reported = stdout.scan(/^contract:p(\d+)  1 call, .*, max (\S+)$/).to_h.transform_keys { |id| Integer(id) }
+    expected = latencies.each_with_index.to_h { |latency, id| [id, StaticTracing::Durations.format(latency)] }
+    expect(reported).to eq(expected)
   end
 end
