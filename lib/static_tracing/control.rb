@@ -144,15 +144,7 @@ module StaticTracing
       # What was done, in a word or two, for the reply.
       def carry_out(action, id, request)
         case action
-        when "record"
-          lease = lease(request["lease"])
-          RecordingOptions.from_h(request["settings"])
-          # Making a large ring takes seconds: the command, told so, waits.
-          answer(id, true, "starting", pending: true)
-          Recorder.start_for_command(id, request["settings"], lease,
-                                     wait_for_probes: request["wait_for_probes"] == true,
-                                     cancelled: -> { cancelled?(id) })
-          "recording"
+        when "record" then record(id, request)
         when "cancel"
           Recorder.cancel(request_id(request["recording"])) ? "stopped" : "nothing to cancel"
         when "renew"
@@ -162,6 +154,17 @@ module StaticTracing
           Recorder.stop_recording(request_id(request["recording"])) ? "stopped" : "nothing was recording"
         else raise ArgumentError, "unknown action #{action.inspect}"
         end
+      end
+
+      def record(id, request)
+        lease = lease(request["lease"])
+        RecordingOptions.from_h(request["settings"])
+        # Making a large ring takes seconds: the command, told so, waits.
+        # (One that sends no deadline would take the word for the answer.)
+        answer(id, true, "starting", pending: true) if request.key?("deadline")
+        Recorder.start_for_command(id, request["settings"], lease, wait_for_probes: request["wait_for_probes"] == true,
+                                                                   cancelled: -> { cancelled?(id) })
+        "recording"
       end
 
       def answer(id, accepted, message, pending: false)
