@@ -280,7 +280,7 @@ RSpec.describe "Files static-tracing writes", :subprocess do
 
       result = run_cli("record", app.pid, "--seconds", "0.3", command: command_in(chdir: theirs))
       expect(result.exitstatus).to eq(0), result.stderr
-      written = result.stdout[/^Wrote \d+ records? to (\S+-2\.trace)\.$/, 1]
+      written = result.stdout[/^Wrote \d+ records? to (\S+-2\.trace), from /, 1]
       expect(written).not_to be_nil, result.stdout
       expect(File.read(target)).to eq("root's\n")
       path = File.join(theirs, written)

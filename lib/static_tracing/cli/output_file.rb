@@ -52,7 +52,7 @@ module StaticTracing
         directory = File.dirname(path)
         refuse(path, contents, "Not a directory") unless File.stat(directory).directory?
         unless File.writable?(directory) && File.executable?(directory)
-          refuse(path, contents, "uid #{::Process.euid} may not create files in #{directory}")
+          refuse(path, contents, "uid #{::Process.euid} may not create files in #{File.expand_path(directory)}")
         end
         check_destination(path, contents) if replace
         path
