@@ -133,3 +133,106 @@ module PrometheusText
     chosen.to_h { |sample| [sample.labels.values_at(*by.map(&:to_s)), sample.value] }
   end
 end
+
+module E2E
+  # A real Prometheus server (Debian's prometheus, which bin/setup
+  # installs) scraping +targets+ every second, on a free loopback port,
+  # keeping its data in +dir+; asked through its HTTP API. Every wait on it
+  # is bounded.
+  class PrometheusServer < Child
+    JOB = "static_tracing"
+
+    def self.executable
+      E2E.which("prometheus")
+    end
+
+    attr_reader :port
+
+    def initialize(targets:, dir:)
+      @port = E2E.free_port
+      config = File.join(dir, "prometheus.yml")
+      File.write(config, <<~YAML)
+        global:
+          scrape_interval: 1s
+          scrape_timeout: 1s
+          evaluation_interval: 1s
+        scrape_configs:
+          - job_name: #{JOB}
+            static_configs:
+              - targets: [#{targets.map { |target| "\"#{target}\"" }.join(", ")}]
+      YAML
+      super(PrometheusServer.executable, "--config.file=#{config}", "--storage.tsdb.path=#{File.join(dir, "data")}",
+            "--web.listen-address=127.0.0.1:#{@port}", "--log.level=warn", chdir: dir)
+      wait_until("it is ready", timeout: 60) { ready? }
+    end
+
+    # The result of the instant query +promql+ at +time+ (now if nil): a
+    # list of {"metric" => labels, "value" => [time, "value"]}.
+    def query(promql, time: nil)
+      params = { query: promql, time: }.compact
+      uri = URI("http://127.0.0.1:#{@port}/api/v1/query?#{URI.encode_www_form(params)}")
+      response = Net::HTTP.start(uri.host, uri.port, open_timeout: 5, read_timeout: 10) { |http| http.get(uri) }
+      answer = JSON.parse(response.body)
+      raise "Prometheus refused #{promql}: #{response.body}" unless answer["status"] == "success"
+
+      answer.dig("data", "result")
+    end
+
+    # The value of each series +promql+ gives at +time+, by the labels +by+.
+    def values(promql, by:, time: nil)
+      query(promql, time:).to_h { |series| [series["metric"].values_at(*by), Float(series["value"][1])] }
+    end
+
+    # The time of the latest scrape of the job's every target that
+    # succeeded, once one began after +after+ (a Unix time); nil until then.
+    def scraped_after(after)
+      up = query(%(up{job="#{JOB}"}))
+      return if up.empty? || up.any? { |series| series["value"][1] != "1" }
+
+      # An instant query's values carry the time it was asked for; the
+      # samples' own are timestamp()'s values.
+      times = query(%(timestamp(up{job="#{JOB}"}))).map { |series| Float(series["value"][1]) }
+      times.min if times.min > after
+    end
+
+    # Waits until a scrape of every target has begun after +after+ and
+    # succeeded; returns its time.
+    def wait_for_scrape_after(after)
+      wait_until("Prometheus has scraped after #{after}", timeout: 30) { scraped_after(after) }
+    end
+
+    def name
+      "prometheus #{pid}"
+    end
+
+    private
+
+    def ready?
+      Net::HTTP.start("127.0.0.1", @port, open_timeout: 1, read_timeout: 5) { |http| http.get("/-/ready") }
+               .code == "200"
+    rescue SystemCallError, IOError, Net::ReadTimeout, Net::OpenTimeout
+      false
+    end
+
+    def wait_until(what, timeout:)
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+      loop do
+        value = yield
+        return value if value
+        raise "#{name} exited (#{@thread.value.inspect}) before #{what}:\n#{output}" unless alive?
+        raise "timed out after #{timeout}s waiting until #{what}:\n#{output}" if
+          Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+
+        sleep 0.1
+      end
+    end
+  end
+
+  module Helpers
+    # Prometheus scraping +targets+ ("host:port"), its data in +dir+.
+    def start_prometheus(targets:, dir:)
+      cannot_run!("prometheus is not installed (bin/setup installs it)") unless PrometheusServer.executable
+      PrometheusServer.new(targets:, dir:).tap { |server| started_processes << server }
+    end
+  end
+end
