@@ -15,7 +15,8 @@ module StaticTracing
     # probes named and follows its ring until --seconds pass or Ctrl-C, then
     # stops it and writes the trace file; with --flight, leaves a flight
     # recorder running in the process instead (`dump` snapshots it,
-    # `record PID --stop` ends it).
+    # `record PID --stop` ends it). `record [PATTERN...] -- COMMAND` starts
+    # a program recording from its start and follows it to its exit.
     class Record < Command
       include RecordOutput
 
@@ -118,11 +119,10 @@ module StaticTracing
       # What every record request carries besides its settings. A large
       # ring takes seconds to make: the command waits for it, and says so.
       def request_fields(settings)
+        size = RecordingOptions.format_size(RecordingOptions.slots_size(settings.ring_size))
         waiting = lambda do
-          err.puts("Process #{@pid} is making its ring (#{RecordingOptions.format_size(
-            RecordingOptions.slots_size(settings.ring_size)
-          )}, all of it reserved now): waiting until it is ready (Ctrl-C gives up, and the recording then " \
-                   "does not start)...")
+          err.puts("Process #{@pid} is making its ring (#{size}, all of it reserved now): waiting until it is " \
+                   "ready (Ctrl-C gives up, and the recording then does not start)...")
         end
         { settings: settings.to_h, wait_for_probes: @wait_for_probes, waiting: }
       end
