@@ -9,6 +9,9 @@
 # an example declaring 200 probes would take a minute.
 # STATIC_TRACING_GC_STRESS=all puts whole examples under GC.stress instead
 # (much slower).
+
+require "monitor"
+
 module GCStressAroundNative
   # Methods whose frames count (folded_stack, caller_self) are left alone.
   NATIVE = {
@@ -31,6 +34,17 @@ module GCStressAroundNative
 
   @calls = 0
   @example_calls = Hash.new(0)
+  # GC.stress is one setting for the whole process, and native calls can
+  # overlap: threads declaring at once, the gem's own threads calling in
+  # while an example does. A call saving GC.stress and putting it back on
+  # its way out, as each did, could save another's `true` and put it back
+  # after that one had ended: stress then stayed on for the rest of the
+  # run, outside native calls too, and the run took 25 s or 385 s or more
+  # by where in the random order that happened. Stress is on while any
+  # call is in, off once the last has left. (A Monitor: a trap handler
+  # may call in on a thread that is between two of these.)
+  @inside = 0
+  @inside_lock = Monitor.new
 
   class << self
     attr_reader :calls
@@ -46,12 +60,20 @@ module GCStressAroundNative
   end
 
   def self.under_stress
-    saved = [GC.stress, GC.auto_compact]
-    GC.auto_compact = AUTO_COMPACT
-    GC.stress = true
+    @inside_lock.synchronize do
+      if (@inside += 1) == 1
+        GC.auto_compact = AUTO_COMPACT
+        GC.stress = true
+      end
+    end
     yield
   ensure
-    GC.stress, GC.auto_compact = saved
+    @inside_lock.synchronize do
+      if (@inside -= 1).zero?
+        GC.stress = false
+        GC.auto_compact = false
+      end
+    end
   end
 
   def self.wrap(target, names)
@@ -81,6 +103,10 @@ else
   # Tells the runner that the wrappers were in the way.
   RSpec.configure do |config|
     config.before { GCStressAroundNative.new_example }
+    # What bounds the run's time: nothing runs under stress between examples.
+    config.after do
+      raise "GC.stress was left on after #{RSpec.current_example.location}" if GC.stress
+    end
     config.after(:suite) { puts "\nnative calls under GC.stress: #{GCStressAroundNative.calls}" }
   end
 end
