@@ -11,7 +11,9 @@
 //! says. A record written after the cut is neither read nor counted lost.
 
 use super::format::ProbeEntry;
-use super::format::{offset, Counters, Header, HEADER_SIZE, INDEX_MASK, SLOT_SIZE, TABLE_OFFSET};
+use super::format::{
+    offset, Counters, Header, HEADER_SIZE, INDEX_MASK, MAX_RECORD_SLOTS, SLOT_SIZE, TABLE_OFFSET,
+};
 use super::reader::{self, FormatError, Record, Slots, Trace};
 use std::fmt;
 use std::fs::File;
@@ -131,6 +133,15 @@ pub(super) const WINDOW_SLOTS: u64 = if cfg!(miri) { 1 << 6 } else { 1 << 14 };
 /// in again: 40,000 page faults for a million records.
 const BATCH_SLOTS: u64 = if cfg!(miri) { 1 << 4 } else { 1 << 8 };
 
+/// Slots read at once, and the part of them whose records are taken
+/// there: from where they start to `end` (an index from the oldest slot).
+struct Part<'a> {
+    window: &'a [u8],
+    /// The ring position of the window's first slot.
+    position: u64,
+    end: u64,
+}
+
 /// A ring or trace file's header, counters and probe table, read and
 /// checked; its slots are read by [`Opened::scan`].
 #[derive(Clone, Debug)]
@@ -185,43 +196,105 @@ impl Opened {
         mut visit: impl FnMut(Record, &[u8]),
     ) -> Result<u64, ReadError> {
         let slot_count = self.header.slot_count;
+        let first = from.max(self.first_written());
+        if self.pass == Pass::Live {
+            return self.scan_live(source, first, &mut visit);
+        }
         // A record takes at most INDEX_MASK slots, and at most slot_count:
         // a window that reaches that far past its part holds every record
         // that starts in it.
         let reach = INDEX_MASK.min(slot_count);
-        let (mut window, mut wrapped) = (Vec::new(), Vec::new());
-        let mut index = from.max(self.first_written());
-        let mut limit = self.counters.head;
+        let mut window = Vec::new();
+        let mut index = first;
         while index < slot_count {
             let part_end = slot_count.min(index + WINDOW_SLOTS);
             let len = slot_count.min(part_end - index + reach);
             let position = self.position(index);
             self.read_window(source, position, len, &mut window)?;
-            limit = limit.max(self.head_now(source)?);
-            let slots = self.slots(&window, position, limit);
-            while index < part_end {
-                let (records, next) =
-                    slots.records_between(index, part_end.min(index + BATCH_SLOTS))?;
-                for record in records {
-                    // The record's slots are in the window, one after
-                    // another, but for a window of the whole ring that they
-                    // wrap around.
-                    let start = (record.seq % slot_count + slot_count - position) % slot_count;
-                    let (start, len) = (
-                        (start * SLOT_SIZE) as usize,
-                        (record.slots * SLOT_SIZE) as usize,
-                    );
-                    if let Some(bytes) = window.get(start..start + len) {
-                        visit(record, bytes);
-                    } else {
-                        wrapped.clear();
-                        wrapped.extend_from_slice(&window[start..]);
-                        wrapped.extend_from_slice(&window[..start + len - window.len()]);
-                        visit(record, &wrapped);
-                    }
+            let part = Part {
+                window: &window,
+                position,
+                end: part_end,
+            };
+            index = self.visit_part(&part, index, self.counters.head, &mut visit)?;
+        }
+        Ok(index)
+    }
+
+    /// [`Opened::scan`] of a ring its process may be writing: its windows
+    /// are read newest first, then their records visited oldest first. A
+    /// writer in flight mode overwrites the oldest slots first, the ones
+    /// just past head: read from there on, a ring written faster than it is
+    /// read would be overwritten just ahead of the reader, window after
+    /// window, and read almost empty; read from head back, a writer takes a
+    /// whole lap to reach the newest records, and takes only the oldest.
+    /// Only records the writer can make are read whole: a stamp claiming
+    /// more slots than the longest record takes is passed over (what is
+    /// held is one copy of the slots read, not a window's reach more).
+    fn scan_live(
+        &self,
+        source: &(impl ReadAt + ?Sized),
+        first: u64,
+        visit: &mut impl FnMut(Record, &[u8]),
+    ) -> Result<u64, ReadError> {
+        let slot_count = self.header.slot_count;
+        let reach = MAX_RECORD_SLOTS.min(slot_count);
+        let starts: Vec<u64> = (first..slot_count).step_by(WINDOW_SLOTS as usize).collect();
+        let mut windows = Vec::with_capacity(starts.len());
+        for &start in starts.iter().rev() {
+            let part_end = slot_count.min(start + WINDOW_SLOTS);
+            let len = slot_count.min(part_end - start + reach);
+            let mut window = Vec::new();
+            self.read_window(source, self.position(start), len, &mut window)?;
+            windows.push(window);
+        }
+        windows.reverse();
+        let limit = self.counters.head.max(self.head_now(source)?);
+        let mut index = first;
+        for (&start, window) in starts.iter().zip(&windows) {
+            let part = Part {
+                window,
+                position: self.position(start),
+                end: slot_count.min(start + WINDOW_SLOTS),
+            };
+            index = self.visit_part(&part, index.max(start), limit, visit)?;
+        }
+        Ok(index)
+    }
+
+    /// Visits the records whose first slot is in `part` from `index` on;
+    /// returns the index after the last slot looked at.
+    fn visit_part(
+        &self,
+        part: &Part<'_>,
+        mut index: u64,
+        limit: u64,
+        visit: &mut impl FnMut(Record, &[u8]),
+    ) -> Result<u64, ReadError> {
+        let slot_count = self.header.slot_count;
+        let slots = self.slots(part.window, part.position, limit);
+        let mut wrapped = Vec::new();
+        while index < part.end {
+            let (records, next) =
+                slots.records_between(index, part.end.min(index + BATCH_SLOTS))?;
+            for record in records {
+                // The record's slots are in the window, one after another,
+                // but for a window of the whole ring that they wrap around.
+                let start = (record.seq % slot_count + slot_count - part.position) % slot_count;
+                let (start, len) = (
+                    (start * SLOT_SIZE) as usize,
+                    (record.slots * SLOT_SIZE) as usize,
+                );
+                if let Some(bytes) = part.window.get(start..start + len) {
+                    visit(record, bytes);
+                } else {
+                    wrapped.clear();
+                    wrapped.extend_from_slice(&part.window[start..]);
+                    wrapped.extend_from_slice(&part.window[..start + len - part.window.len()]);
+                    visit(record, &wrapped);
                 }
-                index = next;
             }
+            index = next;
         }
         Ok(index)
     }

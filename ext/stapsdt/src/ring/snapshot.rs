@@ -53,11 +53,14 @@ impl Ring {
 
         let mut area = vec![0u8; area_len];
         let mut stamps = Vec::with_capacity(span.min(ROUND) as usize);
-        let mut start = first;
-        while start < head {
-            let end = head.min(start + ROUND);
+        // Newest first: in flight mode the writers overwrite the oldest
+        // slots first, and would overwrite a copy made from there on just
+        // ahead of it, round after round (see `scan::Opened::scan_live`).
+        let mut end = head;
+        while end > first {
+            let start = first.max(end.saturating_sub(ROUND));
             self.copy_round(start, end, span, &mut stamps, &mut area);
-            start = end;
+            end = start;
         }
         let (table_bytes, probes) = {
             let table = self.table();

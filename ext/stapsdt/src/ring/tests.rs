@@ -716,3 +716,83 @@ fn a_live_ring_read_at_a_cut_leaves_later_records_out_and_counts_none_lost() {
     assert!(parse(&bytes).is_err());
     drop(ring);
 }
+
+/// A live ring read through `scan::ReadAt` while a writer faster than the
+/// reader records: before each read of the slots, it writes `burst` more.
+struct RacedRing<'a> {
+    memory: &'a Memory,
+    ring: &'a Ring,
+    probe: u32,
+    burst: u64,
+    next: std::cell::Cell<i64>,
+}
+
+impl scan::ReadAt for RacedRing<'_> {
+    fn file_len(&self) -> std::io::Result<u64> {
+        Ok(self.memory.words.len() as u64 * 8)
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        if offset >= self.ring.config().ring_offset() {
+            for _ in 0..self.burst {
+                let value = self.next.get();
+                self.ring.record_integer(self.probe, 0, 1, value);
+                self.next.set(value + 1);
+            }
+        }
+        let start = offset as usize;
+        for (at, byte) in buf.iter_mut().enumerate() {
+            let word = self.memory.word((start + at) / 8 * 8);
+            *byte = word.to_le_bytes()[(start + at) % 8];
+        }
+        Ok(buf.len())
+    }
+}
+
+#[test]
+fn a_flight_ring_written_faster_than_it_is_read_keeps_its_newest_records() {
+    // Eight windows; the writer records half a window before each of the
+    // reader's reads of the slots, three reads a window: it laps the ring
+    // well before a reader going from the oldest slot on would finish.
+    let slots = 8 * scan::WINDOW_SLOTS;
+    let config = config(slots, true);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let probe = ring
+        .add_probe("app", "p", &[ArgType::Int64], None, None)
+        .unwrap();
+    for value in 0..(2 * slots) as i64 {
+        assert!(ring.record_integer(probe, 0, 1, value));
+    }
+    let raced = RacedRing {
+        memory: &memory,
+        ring: &ring,
+        probe,
+        burst: scan::WINDOW_SLOTS / 2,
+        next: std::cell::Cell::new(2 * slots as i64),
+    };
+    let trace = scan::read(&raced, scan::Pass::Live).unwrap();
+    let values: Vec<i64> = trace
+        .records
+        .iter()
+        .map(|record| match record.args[..] {
+            [Value::Int(value)] => value,
+            ref other => panic!("{other:?}"),
+        })
+        .collect();
+    // The newest windows were read before the writer got to them.
+    assert!(
+        values.len() as u64 >= slots / 4,
+        "{} records read",
+        values.len()
+    );
+    assert_eq!(
+        values.last(),
+        Some(&(2 * slots as i64 - 1)),
+        "the newest of the cut"
+    );
+    assert!(values.windows(2).all(|pair| pair[0] < pair[1]));
+    // Of the cut's 2 * slots records, the others were overwritten: lost.
+    assert_eq!(trace.lost(), 2 * slots - values.len() as u64);
+    drop(ring);
+}
