@@ -200,10 +200,7 @@ impl Opened {
         if self.pass == Pass::Live {
             return self.scan_live(source, first, &mut visit);
         }
-        // A record takes at most INDEX_MASK slots, and at most slot_count:
-        // a window that reaches that far past its part holds every record
-        // that starts in it.
-        let reach = INDEX_MASK.min(slot_count);
+        let reach = self.reach();
         let mut window = Vec::new();
         let mut index = first;
         while index < slot_count {
@@ -238,7 +235,7 @@ impl Opened {
         visit: &mut impl FnMut(Record, &[u8]),
     ) -> Result<u64, ReadError> {
         let slot_count = self.header.slot_count;
-        let reach = MAX_RECORD_SLOTS.min(slot_count);
+        let reach = self.reach();
         let starts: Vec<u64> = (first..slot_count).step_by(WINDOW_SLOTS as usize).collect();
         let mut windows = Vec::with_capacity(starts.len());
         for &start in starts.iter().rev() {
@@ -260,6 +257,19 @@ impl Opened {
             index = self.visit_part(&part, index.max(start), limit, visit)?;
         }
         Ok(index)
+    }
+
+    /// How far past its part a window reaches, so that it holds every
+    /// record that starts in the part: as far as a stamp can claim in a
+    /// file read once (for its checks), as far as the longest record the
+    /// writer makes in a live ring (a stamp claiming more is passed over:
+    /// a live read holds no more than it must, at every poll and scrape).
+    fn reach(&self) -> u64 {
+        let longest = match self.pass {
+            Pass::Once => INDEX_MASK,
+            Pass::Live => MAX_RECORD_SLOTS,
+        };
+        longest.min(self.header.slot_count)
     }
 
     /// Visits the records whose first slot is in `part` from `index` on;
@@ -346,7 +356,7 @@ impl Opened {
         let oldest = head.saturating_sub(slot_count);
         let mut seq = from.clamp(oldest, head);
         let mut window = Vec::new();
-        let reach = INDEX_MASK.min(slot_count);
+        let reach = self.reach();
         let mut limit = head;
         while seq < head {
             // The index of `seq` from the oldest slot (the one after head's).
