@@ -66,6 +66,11 @@ module StaticTracing
         error.is_a?(SystemCallError) ? SystemCallError.new(nil, error.errno).message : error.message
       end
 
+      # Seconds on the clock every wait and deadline of the command uses.
+      def monotonic
+        ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
+      end
+
       def help_text
         width = commands.keys.map(&:size).max
         lines = commands.map { |name, command| format("    %-#{width}s  %s", name, command.summary) }

@@ -51,7 +51,7 @@ module StaticTracing
       # called once it has taken a second. A request given up on, at the
       # deadline or at Ctrl-C, is cancelled: it is never carried out late.
       def request(action, id: SecureRandom.hex(8), timeout: REPLY_TIMEOUT, waiting: nil, **fields)
-        deadline = monotonic + timeout
+        deadline = CLI.monotonic + timeout
         send_line(JSON.generate({ "format" => REQUEST_FORMAT, "id" => id, "action" => action,
                                   "deadline" => Time.now.to_f + timeout }.merge(fields)))
         reply = wait_reply(id, deadline, timeout, waiting)
@@ -203,7 +203,7 @@ module StaticTracing
           return reply if reply
           raise Error, "process #{pid} exited before it answered" unless process.alive?
 
-          give_up(id, reply_timeout_message(timeout)) if @pending_since.nil? && monotonic > deadline + ANSWER_GRACE
+          give_up(id, reply_timeout_message(timeout)) if @pending_since.nil? && CLI.monotonic > deadline + ANSWER_GRACE
 
           sleep(POLL_INTERVAL)
         end
@@ -218,8 +218,8 @@ module StaticTracing
         return unless reply && reply["id"] == id
         return reply unless reply["pending"]
 
-        @pending_since ||= monotonic
-        say_waiting if monotonic - @pending_since >= PENDING_SAID
+        @pending_since ||= CLI.monotonic
+        say_waiting if CLI.monotonic - @pending_since >= PENDING_SAID
         nil
       end
 
@@ -269,10 +269,6 @@ module StaticTracing
                   "(#{VERSION} has one)"
               end
         "process #{pid} takes no requests (record, dump): #{why}"
-      end
-
-      def monotonic
-        ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
       end
     end
   end

@@ -327,8 +327,8 @@ module StaticTracing
 
       # Connections under way end by their own deadlines.
       def finish_connections
-        deadline = monotonic + READ_TIMEOUT + WRITE_TIMEOUT + LINGER
-        @connections.each { |thread| thread.join([deadline - monotonic, 0].max) || thread.kill }
+        deadline = CLI.monotonic + READ_TIMEOUT + WRITE_TIMEOUT + LINGER
+        @connections.each { |thread| thread.join([deadline - CLI.monotonic, 0].max) || thread.kill }
       end
 
       def serve(socket)
@@ -346,8 +346,8 @@ module StaticTracing
       # bytes resets the connection, and the client could lose the answer.
       def linger(socket)
         socket.close_write
-        deadline = monotonic + LINGER
-        while (left = deadline - monotonic).positive?
+        deadline = CLI.monotonic + LINGER
+        while (left = deadline - CLI.monotonic).positive?
           chunk = socket.read_nonblock(MAX_REQUEST, exception: false)
           break if chunk.nil? || (chunk == :wait_readable && !socket.wait_readable(left))
         end
@@ -375,13 +375,13 @@ module StaticTracing
       # they do not come whole in time, or are too long.
       def read_request(socket)
         head = +""
-        deadline = monotonic + READ_TIMEOUT
+        deadline = CLI.monotonic + READ_TIMEOUT
         loop do
           whole = complete(head) and return whole
 
           chunk = socket.read_nonblock(MAX_REQUEST, exception: false)
           case chunk
-          when :wait_readable then return 408 unless socket.wait_readable([deadline - monotonic, 0].max)
+          when :wait_readable then return 408 unless socket.wait_readable([deadline - CLI.monotonic, 0].max)
           when nil then return 400
           else head << chunk
           end
@@ -407,21 +407,17 @@ module StaticTracing
       end
 
       def write(socket, data)
-        deadline = monotonic + WRITE_TIMEOUT
+        deadline = CLI.monotonic + WRITE_TIMEOUT
         until data.empty?
           written = socket.write_nonblock(data, exception: false)
           if written == :wait_writable
-            return unless socket.wait_writable([deadline - monotonic, 0].max)
+            return unless socket.wait_writable([deadline - CLI.monotonic, 0].max)
           else
             data = data.byteslice(written..)
           end
         end
       rescue SystemCallError, IOError
         nil
-      end
-
-      def monotonic
-        ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
       end
     end
   end

@@ -31,7 +31,7 @@ module StaticTracing
         @id = id
         @leased = leased
         @status = recorder.recording
-        @started = monotonic
+        @started = CLI.monotonic
         @renew_failure = nil
       end
 
@@ -45,9 +45,9 @@ module StaticTracing
         recorder.open_ring(write: true) do |ring|
           @reader = TraceFile::RingReader.new(ring)
           opened&.call
-          @ending = with_signals(interrupt) { poll(seconds && (monotonic + seconds)) }
+          @ending = with_signals(interrupt) { poll(seconds && (CLI.monotonic + seconds)) }
           stop if %i[time interrupt].include?(ending.kind)
-          @finished = monotonic
+          @finished = CLI.monotonic
           @status = final_status
           reader.take_rest
         end
@@ -56,7 +56,7 @@ module StaticTracing
 
       # How long it recorded, from its start to its end, as the command saw them.
       def seconds
-        (@finished || monotonic) - @started
+        (@finished || CLI.monotonic) - @started
       end
 
       def cut_short?
@@ -93,10 +93,10 @@ module StaticTracing
       end
 
       def poll(deadline)
-        @checked = monotonic
+        @checked = CLI.monotonic
         loop do
           reader.take
-          return Ending.new(:time) if deadline && monotonic >= deadline
+          return Ending.new(:time) if deadline && CLI.monotonic >= deadline
           return Ending.new(:exited) unless recorder.alive?
 
           ended = check
@@ -111,9 +111,9 @@ module StaticTracing
       # Every CHECK_INTERVAL: whether the recording ended under the
       # command; if not, the lease renewed.
       def check
-        return if monotonic - @checked < CHECK_INTERVAL
+        return if CLI.monotonic - @checked < CHECK_INTERVAL
 
-        @checked = monotonic
+        @checked = CLI.monotonic
         ended = ended_under_the_command
         renew if @leased && !ended
         ended
@@ -161,10 +161,6 @@ module StaticTracing
         recorder.request("stop", recording: id)
       rescue Error => e
         @stop_failure = e.message if recorder.alive?
-      end
-
-      def monotonic
-        ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
       end
     end
   end

@@ -92,13 +92,13 @@ module StaticTracing
       end
 
       def wait_for(process, sent, wanted)
-        deadline = monotonic + @timeout
+        deadline = CLI.monotonic + @timeout
         loop do
           state = process.read
           return state if state&.enabled == wanted
           raise Error, "process #{process.pid} exited after it was sent #{sent.signal_name}" unless process.alive?
 
-          raise Error, timeout_message(process, sent, state, wanted) if monotonic > deadline
+          raise Error, timeout_message(process, sent, state, wanted) if CLI.monotonic > deadline
 
           sleep(POLL_INTERVAL)
         end
@@ -143,10 +143,6 @@ module StaticTracing
         Target.new(pid).extension_loaded?
       rescue Error
         false
-      end
-
-      def monotonic
-        ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
       end
     end
 
