@@ -5,6 +5,7 @@ require "fileutils"
 require "json"
 require "static_tracing/cli"
 require "tmpdir"
+require "zlib"
 
 # `static-tracing report FILE...`, run through CLI.run on trace files that
 # TraceImage writes and rings that RingImage lays out.
@@ -190,7 +191,8 @@ RSpec.describe "static-tracing report" do
       expect(result).to have_attributes(exitstatus: 0, stderr: "")
       events = events(result.stdout)
       expect(events).to all(include("name", "ph", "ts", "pid", "tid"))
-      expect(events.group_by { |event| event["ph"] }.transform_values(&:size)).to eq("M" => 2, "X" => 3, "i" => 2)
+      # Three calls, and the stack's two frames as a timeline.
+      expect(events.group_by { |event| event["ph"] }.transform_values(&:size)).to eq("M" => 2, "X" => 5, "i" => 2)
       expect(events.select { |event| event["ph"] == "X" }).to all(include("dur"))
       expect(events.select { |event| event["ph"] == "i" }).to all(include("s" => "t"))
       expect(events.select { |event| event["ph"] == "M" }.map { |event| [event["name"], event["pid"], event["args"]] })
@@ -199,7 +201,7 @@ RSpec.describe "static-tracing report" do
 
     it "starts a call's complete event at its end less its latency, in microseconds to the nanosecond" do
       events = events(cli("report", "--format", "chrome", trace("a.trace", records)).stdout)
-      calls = events.select { |event| event["ph"] == "X" }
+      calls = events.select { |event| event["ph"] == "X" && event["cat"] != "stack" }
       expect(calls.map { |event| [event["name"], event["cat"], event["ts"], event["dur"], event["tid"]] }).to eq(
         [
           ["my_controller:index", "my_controller", micros(epoch + 1_000_000 - 2_500_001), micros(2_500_001), 7],
@@ -208,6 +210,17 @@ RSpec.describe "static-tracing report" do
         ]
       )
       expect(calls.first["ts"].to_s("F")).to eq("1699999999998499.999")
+    end
+
+    it "makes a timeline of the stacks: a complete event per frame, until the thread's next stack or the last record" do
+      stacks = [record(stack, ["main;a;b"], time: 1_000), record(stack, ["main;a;c"], time: 3_000),
+                record(stack, ["main"], time: 4_000), record(hits, ["x", 1, 0.5], time: 10_000, tid: 9)]
+      events = events(cli("report", "--format", "chrome", trace("a.trace", stacks)).stdout)
+      frames = events.select { |event| event["cat"] == "stack" }
+      expect(frames).to all(include("ph" => "X", "tid" => 7, "pid" => 4321))
+      expect(frames.map { |event| [event["name"], event["ts"] - micros(epoch), event["dur"]] }).to eq(
+        [["b", 1, 2], ["c", 3, 1], ["a", 1, 3], ["main", 1, 9]]
+      )
     end
 
     it "makes an instant event of a record of any other probe, with its arguments" do
@@ -291,10 +304,10 @@ RSpec.describe "static-tracing report" do
   describe "command line" do
     it "refuses an unknown format, and no FILE, as usage errors" do
       path = trace("a.trace", [])
-      expect(cli("report", "--format", "svg", path)).to have_attributes(
+      expect(cli("report", "--format", "png", path)).to have_attributes(
         exitstatus: 2, stdout: "",
-        stderr: 'static-tracing report: --format must be one of text, chrome, folded, got "svg" ' \
-                "(see static-tracing report --help)\n"
+        stderr: "static-tracing report: --format must be one of text, json, chrome, speedscope, pprof, folded, " \
+                "svg, got \"png\" (see static-tracing report --help)\n"
       )
       expect(cli("report")).to have_attributes(
         exitstatus: 2, stdout: "",
@@ -320,10 +333,90 @@ RSpec.describe "static-tracing report" do
     it "describes its formats in its help" do
       help = cli("report", "--help")
       expect(help).to have_attributes(exitstatus: 0, stderr: "")
-      expect(help.stdout).to start_with("Usage: static-tracing report FILE... [--format text|chrome|folded] " \
-                                        "[-o OUTPUT]\n")
+      expect(help.stdout).to start_with("Usage: static-tracing report FILE... [--format FORMAT] [--probe PATTERN]... " \
+                                        "[--since TIME] [--until TIME] [-o OUTPUT]\n")
       expect(help.stdout).to include("--format FORMAT", "-o, --output OUTPUT", "p50/p90/p99/max", "Perfetto",
-                                     "flamegraph.pl")
+                                     "flamegraph.pl", "speedscope", "go tool pprof", "widths count calls (records), " \
+                                                                                     "not time")
+    end
+  end
+
+  describe "the formats for other programs" do
+    let(:records) do
+      calls([1500, 2500, 900]) +
+        [record(stack, ["main;a;b"], time: 2_000_000), record(stack, ["main;a"], time: 2_000_100)]
+    end
+
+    it "json: the text report's figures" do
+      result = cli("report", "--format", "json", trace("a.trace", records))
+      expect(result).to have_attributes(exitstatus: 0, stderr: "")
+      document = JSON.parse(result.stdout)
+      expect(document).to include("records" => 5, "span_ns" => 1_000_100, "lost" => include("total" => 0))
+      expect(document["probes"].first).to include(
+        "probe" => "my_controller:index", "calls" => 3,
+        "latency" => include("p50_ns" => 1500, "p90_ns" => 2500, "p99_ns" => 2500, "max_ns" => 2500)
+      )
+    end
+
+    it "speedscope, pprof and svg: one document each, pprof gzipped" do
+      path = trace("a.trace", records)
+      speedscope = JSON.parse(cli("report", "--format", "speedscope", path).stdout)
+      expect(speedscope["$schema"]).to eq("https://www.speedscope.app/file-format-schema.json")
+      expect(speedscope["profiles"].map { |profile| profile["type"] }).to eq(%w[evented sampled])
+      pprof = cli("report", "--format", "pprof", path).stdout
+      expect(Zlib.gunzip(pprof)).to include("my_controller:index", "calls", "latency", "nanoseconds")
+      expect(cli("report", "--format", "svg", path).stdout).to start_with("<?xml").and include("<title>main (2 calls")
+    end
+
+    it "svg refuses files without a stack probe, as folded does" do
+      result = cli("report", "--format", "svg", trace("a.trace", calls([1]), probes: [index]))
+      expect(result).to have_attributes(exitstatus: 1, stdout: "")
+      expect(result.stderr).to start_with("static-tracing: no stack probes in ")
+    end
+  end
+
+  describe "--probe, --since and --until" do
+    let(:records) do
+      calls([1000] * 5) + [record(hits, ["x", 1, 0.5], time: 3_000_000), record(stack, ["main"], time: 9_000_000)]
+    end
+
+    it "reports on the probes the patterns name, as record takes them" do
+      path = trace("a.trace", records)
+      result = cli("report", path, "--probe", "app", "--probe", "*_stack:ind?x")
+      expect(result).to have_attributes(exitstatus: 0, stderr: "")
+      expect(result.stdout).to start_with("Read 1 file: process 4321, 2 records over 6ms; none lost.\n")
+      expect(result.stdout).to include("app:hits  1 call\n", "my_controller_stack:index  1 call\n")
+      expect(result.stdout).not_to include("my_controller:index")
+      bad = cli("report", path, "--probe", "a:b:c")
+      expect(bad).to have_attributes(exitstatus: 2, stdout: "")
+      expect(bad.stderr).to start_with('static-tracing report: invalid probe pattern "a:b:c"')
+    end
+
+    it "reports on a window after the first record, or of the wall clock" do
+      path = trace("a.trace", records)
+      from_first = cli("report", path, "--since", "1us", "--until", "2ms")
+      expect(from_first.stdout).to include("my_controller:index  4 calls", "app:hits  no calls")
+      # The first record is at 1ms after the epoch given: 1.000000001s.
+      wall = Time.at(Rational(epoch, 1_000_000_000)).utc
+      since = (wall + Rational(3, 1000)).iso8601(9)
+      from_wall = cli("report", path, "--since", since)
+      expect(from_wall.stdout).to include("my_controller:index  no calls", "app:hits  1 call",
+                                          "my_controller_stack:index  1 call")
+      bad = cli("report", path, "--until", "yesterday")
+      expect(bad).to have_attributes(exitstatus: 2, stdout: "")
+      expect(bad.stderr).to start_with("static-tracing report: --until takes a duration after the first record")
+    end
+
+    it "reads a file given twice once, and says so" do
+      # A name given twice, and a hard link to it.
+      path = trace("a.trace", records)
+      link = File.join(dir, "link.trace")
+      File.link(path, link)
+      result = cli("report", path, link, path)
+      expect(result.exitstatus).to eq(0)
+      expect(result.stderr).to eq("static-tracing: warning: #{link} is the same file as #{path}: read once\n" \
+                                  "static-tracing: warning: #{path} is the same file as #{path}: read once\n")
+      expect(result.stdout).to start_with("Read 1 file: process 4321, 7 records")
     end
   end
 end

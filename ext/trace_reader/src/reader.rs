@@ -7,9 +7,11 @@ use crate::output::RubyWriter;
 use crate::sources::Source;
 use crate::trace::Trace;
 use magnus::{function, method, prelude::*, Error, RArray, RModule, Ruby, Value};
+use std::cell::RefCell;
 use std::fs::File;
 use std::mem::ManuallyDrop;
 use trace_report::follow::{self, Counts, DumpError};
+use trace_report::report::select::{self, Bound, Selection};
 use trace_report::report::{self, Format, ReportError};
 use trace_report::Trace as Read;
 
@@ -23,10 +25,11 @@ fn read_file(ruby: &Ruby, source: &Source, name: &str) -> Result<Read, Error> {
 }
 
 /// Files read for a report: `TraceReader.load(files)` reads every file of
-/// `files` (`[[fd, name], ...]`) before anything is written; `check`
-/// refuses a format it cannot make of them, `report` writes it.
+/// `files` (`[[fd, name], ...]`) before anything is written; `select`
+/// narrows them to some probes and a window of time; `check` refuses a
+/// format it cannot make of them, `report` writes it.
 #[magnus::wrap(class = "StaticTracing::TraceReader::Traces", free_immediately, size)]
-struct Traces(Vec<Read>);
+struct Traces(RefCell<Vec<Read>>);
 
 impl Traces {
     fn load(ruby: &Ruby, files: RArray) -> Result<Traces, Error> {
@@ -35,13 +38,33 @@ impl Traces {
             let (source, name): (Value, String) = magnus::TryConvert::try_convert(file)?;
             traces.push(read_file(ruby, &Source::of(source)?, &name)?);
         }
-        Ok(Traces(traces))
+        Ok(Traces(RefCell::new(traces)))
+    }
+
+    /// `select(patterns, since, until)`: keeps the probes the patterns
+    /// (`provider:probe` globs, checked by the caller) name, all of them
+    /// if none, and the records of the window; a bound is nil,
+    /// `["after_first", ns]` or `["wall", ns since the epoch]`.
+    fn select(
+        ruby: &Ruby,
+        rb_self: &Self,
+        patterns: Vec<String>,
+        since: Option<(String, i64)>,
+        until: Option<(String, i64)>,
+    ) -> Result<(), Error> {
+        let selection = Selection {
+            patterns,
+            since: since.map(|bound| bound_of(ruby, bound)).transpose()?,
+            until: until.map(|bound| bound_of(ruby, bound)).transpose()?,
+        };
+        select::select(&mut rb_self.0.borrow_mut(), &selection);
+        Ok(())
     }
 
     /// `check(format)`: raises what `report` would refuse, before any
     /// output is opened.
     fn check(ruby: &Ruby, rb_self: &Self, format: String) -> Result<(), Error> {
-        report::check(&rb_self.0, format_named(ruby, &format)?)
+        report::check(&rb_self.0.borrow(), format_named(ruby, &format)?)
             .map_err(|err| report_error(ruby, err))
     }
 
@@ -50,11 +73,19 @@ impl Traces {
     fn report(ruby: &Ruby, rb_self: &Self, format: String, out: Value) -> Result<(), Error> {
         let format = format_named(ruby, &format)?;
         let mut writer = RubyWriter::new(ruby, out);
-        match report::write(&rb_self.0, format, &mut writer) {
+        match report::write(&rb_self.0.borrow(), format, &mut writer) {
             Ok(()) => writer.finish(),
             Err(ReportError::Io(err)) => Err(writer.take_error(err)),
             Err(err) => Err(report_error(ruby, err)),
         }
+    }
+}
+
+fn bound_of(ruby: &Ruby, (kind, nanoseconds): (String, i64)) -> Result<Bound, Error> {
+    match kind.as_str() {
+        "after_first" => Ok(Bound::FromFirst(nanoseconds)),
+        "wall" => Ok(Bound::Wall(nanoseconds)),
+        _ => Err(cli_error(ruby, format!("unknown kind of time {kind:?}"))),
     }
 }
 
@@ -117,6 +148,7 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     module.define_singleton_method("dump", function!(dump, 3))?;
     let traces = module.define_class("Traces", ruby.class_object())?;
     traces.undef_default_alloc_func();
+    traces.define_method("select", method!(Traces::select, 3))?;
     traces.define_method("check", method!(Traces::check, 1))?;
     traces.define_method("report", method!(Traces::report, 2))?;
     Ok(())

@@ -1,17 +1,25 @@
 //! Reports of trace files, as `static-tracing report` makes them: text
 //! (what was read, then per probe its calls, latency percentiles and
-//! histogram), Chrome trace-event JSON, and folded stacks for
-//! flamegraph.pl. Each is one report of all the files given, byte for byte
-//! what the command's Ruby reports wrote before they moved here, so that
-//! scripts reading them see no change.
+//! histogram), its figures as JSON, Chrome trace-event JSON, speedscope's
+//! format, a gzipped pprof profile, folded stacks for flamegraph.pl, and a
+//! flame graph as SVG. Each is one report of all the files given. Text,
+//! Chrome and folded are byte for byte what the command's Ruby reports
+//! wrote before they moved here, so that scripts reading them see no
+//! change.
 
 mod chrome;
 mod durations;
 mod folded;
 mod histogram;
+mod json;
+mod pprof;
 mod printf;
 mod probe_calls;
+pub mod select;
+mod speedscope;
+mod svg;
 mod text;
+pub mod threads;
 
 #[cfg(test)]
 pub(crate) mod testing;
@@ -29,28 +37,49 @@ const OUTPUT_BUFFER: usize = 1 << 20;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
     Text,
+    Json,
     Chrome,
+    Speedscope,
+    Pprof,
     Folded,
+    Svg,
 }
 
 impl Format {
     /// The names `--format` takes, the default first.
-    pub const NAMES: [&'static str; 3] = ["text", "chrome", "folded"];
+    pub const NAMES: [&'static str; 7] = [
+        "text",
+        "json",
+        "chrome",
+        "speedscope",
+        "pprof",
+        "folded",
+        "svg",
+    ];
+
+    const ALL: [Format; 7] = [
+        Format::Text,
+        Format::Json,
+        Format::Chrome,
+        Format::Speedscope,
+        Format::Pprof,
+        Format::Folded,
+        Format::Svg,
+    ];
 
     pub fn named(name: &str) -> Option<Format> {
-        match name {
-            "text" => Some(Format::Text),
-            "chrome" => Some(Format::Chrome),
-            "folded" => Some(Format::Folded),
-            _ => None,
-        }
+        Format::ALL.into_iter().find(|format| format.name() == name)
     }
 
     pub fn name(self) -> &'static str {
         match self {
             Format::Text => "text",
+            Format::Json => "json",
             Format::Chrome => "chrome",
+            Format::Speedscope => "speedscope",
+            Format::Pprof => "pprof",
             Format::Folded => "folded",
+            Format::Svg => "svg",
         }
     }
 }
@@ -119,8 +148,8 @@ impl From<io::Error> for ReportError {
 /// output file as it was.
 pub fn check(traces: &[Trace], format: Format) -> Result<(), ReportError> {
     match format {
-        Format::Text | Format::Chrome => Ok(()),
-        Format::Folded => folded::check(traces).map_err(ReportError::Refused),
+        Format::Text | Format::Json | Format::Chrome | Format::Speedscope | Format::Pprof => Ok(()),
+        Format::Folded | Format::Svg => folded::check(traces).map_err(ReportError::Refused),
     }
 }
 
@@ -129,10 +158,15 @@ pub fn check(traces: &[Trace], format: Format) -> Result<(), ReportError> {
 pub fn write(traces: &[Trace], format: Format, out: &mut dyn Write) -> Result<(), ReportError> {
     check(traces, format)?;
     let mut out = BufWriter::with_capacity(OUTPUT_BUFFER, out);
+    let names = threads::ThreadNames::of(traces);
     match format {
         Format::Text => text::write(traces, &mut out)?,
-        Format::Chrome => chrome::write(traces, &mut out)?,
+        Format::Json => json::write(traces, &mut out)?,
+        Format::Chrome => chrome::write(traces, &names, &mut out)?,
+        Format::Speedscope => speedscope::write(traces, &names, &mut out)?,
+        Format::Pprof => pprof::write(traces, &names, &mut out)?,
         Format::Folded => folded::write(traces, &mut out)?,
+        Format::Svg => svg::write(traces, &mut out)?,
     }
     out.flush()?;
     Ok(())
@@ -179,7 +213,7 @@ mod tests {
             })
             .collect();
         let traces = [trace("a.trace", standard_probes(), records)];
-        for format in [Format::Text, Format::Chrome, Format::Folded] {
+        for format in Format::ALL {
             let mut out = io::sink();
             let started = std::time::Instant::now();
             write(&traces, format, &mut out).unwrap();
@@ -193,10 +227,10 @@ mod tests {
             let format: Format = name.parse().unwrap();
             assert_eq!(format.name(), name);
         }
-        assert_eq!(Format::named("svg"), None);
+        assert_eq!(Format::named("png"), None);
         assert_eq!(
-            "svg".parse::<Format>().unwrap_err().to_string(),
-            "unknown report format \"svg\": one of text, chrome, folded"
+            "png".parse::<Format>().unwrap_err().to_string(),
+            "unknown report format \"png\": one of text, json, chrome, speedscope, pprof, folded, svg"
         );
     }
 
@@ -207,8 +241,16 @@ mod tests {
         let err = write(&traces, Format::Folded, &mut out).unwrap_err();
         assert!(matches!(err, ReportError::Refused(_)));
         assert!(out.is_empty());
-        assert!(check(&traces, Format::Text).is_ok());
-        assert!(check(&traces, Format::Chrome).is_ok());
+        assert!(check(&traces, Format::Svg).is_err());
+        for format in [
+            Format::Text,
+            Format::Json,
+            Format::Chrome,
+            Format::Speedscope,
+            Format::Pprof,
+        ] {
+            assert!(check(&traces, format).is_ok());
+        }
     }
 
     /// A destination that takes `room` bytes and then fails.
@@ -234,7 +276,13 @@ mod tests {
     #[test]
     fn a_destination_that_fails_is_an_io_error() {
         let traces = [trace("a.trace", vec![index_probe(0)], calls(&[1; 100]))];
-        for format in [Format::Text, Format::Chrome] {
+        for format in [
+            Format::Text,
+            Format::Json,
+            Format::Chrome,
+            Format::Speedscope,
+            Format::Pprof,
+        ] {
             let err = write(&traces, format, &mut Full { room: 10 }).unwrap_err();
             match err {
                 ReportError::Io(err) => assert_eq!(err.raw_os_error(), Some(libc::ENOSPC)),

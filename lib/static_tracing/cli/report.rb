@@ -1,5 +1,8 @@
 # frozen_string_literal: true
 
+require "time"
+require_relative "../durations"
+require_relative "../recording_options"
 require_relative "output_file"
 require_relative "trace_file"
 
@@ -7,43 +10,75 @@ module StaticTracing
   module CLI
     # `static-tracing report FILE...`: what trace files (or live rings)
     # recorded, as one report: per probe, calls and latency percentiles
-    # with a histogram (text); a timeline for trace viewers (chrome); or the
-    # stacks of stack probes for flamegraph.pl (folded).
+    # with a histogram (text, json); a timeline for trace viewers (chrome,
+    # speedscope); a profile (pprof); or the stacks of stack probes, folded
+    # for flamegraph.pl or drawn as a flame graph (svg).
     class Report < Command
       # Not in `static-tracing --help` while the recorder that writes the
       # files is not released (docs/recording.md); `report --help` works.
       command "report",
-              arguments: "FILE... [--format text|chrome|folded] [-o OUTPUT]",
+              arguments: "FILE... [--format FORMAT] [--probe PATTERN]... [--since TIME] [--until TIME] " \
+                         "[-o OUTPUT]",
               summary: "Summarize recorded trace files: latency percentiles, a timeline, or stacks to fold",
               description: <<~TEXT.chomp
                 Reads trace files (written by static-tracing record or dump) or a recorder's ring files
                 (<pid>-<pidns>.ring next to a process's stubs, read as they are, while the process writes
                 them), and makes one report of them all. Needs no tracer and no privilege but reading
-                the files. Formats:
-                  text    what was read (processes, records, time span, records lost and why), then per
-                          probe its calls and, for a latency probe, p50/p90/p99/max and a histogram in
-                          bpftrace's power-of-two buckets (microseconds, as static-tracing latency prints)
-                  chrome  Chrome trace-event JSON, for Perfetto UI, chrome://tracing or speedscope: a
-                          complete event per call of a latency probe, an instant event per other record
-                  folded  the stacks of stack probes (StackTracer's), one line per distinct stack with
-                          its count, for flamegraph.pl
+                the files. Formats, and what opens them:
+                  text        what was read (processes, records, time span, records lost and why), then per
+                              probe its calls and, for a latency probe, p50/p90/p99/max and a histogram in
+                              bpftrace's power-of-two buckets (microseconds, as static-tracing latency prints)
+                  json        the text report's figures as JSON (durations in ns), for scripts and CI checks
+                  chrome      Chrome trace-event JSON, for Perfetto UI, chrome://tracing or speedscope: a
+                              complete event per call of a latency probe, an instant event per other record,
+                              and the stacks of stack probes as a timeline of their frames
+                  speedscope  speedscope's format (speedscope.app): per thread, its latency probes' calls
+                              as a timeline and its stacks as samples, one per record
+                  pprof       a gzipped pprof profile, for go tool pprof, Pyroscope or Parca: stacks and
+                              latency probes' calls as samples of calls (count) and latency (ns), labelled
+                              probe, thread and pid
+                  folded      the stacks of stack probes (StackTracer's), one line per distinct stack with
+                              its count, for flamegraph.pl or inferno
+                  svg         a flame graph of those stacks, drawn here: widths count calls (records), not time
+                --probe, --since and --until narrow every format to some probes and a window of time; the
+                records lost stay those of the whole files.
               TEXT
 
-      FORMATS = %w[text chrome folded].freeze
+      FORMATS = %w[text json chrome speedscope pprof folded svg].freeze
 
       private
 
       def define_options(parser)
         @format = FORMATS.first
         @output = nil
-        parser.on("--format FORMAT", "text (the default), chrome or folded") do |format|
+        @patterns = []
+        @window = {}
+        parser.on("--format FORMAT", "#{FORMATS.first} (the default), #{FORMATS.drop(1).join(", ")}") do |format|
           raise UsageError, "--format must be one of #{FORMATS.join(", ")}, got #{format.inspect}" unless
             FORMATS.include?(format)
 
           @format = format
         end
+        define_selection_options(parser)
         parser.on("-o", "--output OUTPUT", "Write the report to file OUTPUT instead of stdout") do |path|
           @output = path
+        end
+      end
+
+      def define_selection_options(parser)
+        parser.on("--probe PATTERN", "Only the probes PATTERN names (PROVIDER:PROBE or PROVIDER, with * and ?); " \
+                                     "may be given more than once") do |pattern|
+          @patterns << RecordingOptions.pattern(pattern)
+        rescue ArgumentError => e
+          raise UsageError, e.message
+        end
+        parser.on("--since TIME", "Only records from TIME: after the first record (10s, 250ms), or a wall-clock " \
+                                  "time (ISO 8601: 2026-11-27T10:15:00Z)") do |time|
+          @window[:since] = bound("--since", time)
+        end
+        parser.on("--until TIME", "Only records before TIME, as --since takes it (a latency probe's call is in " \
+                                  "the window if it ended in it)") do |time|
+          @window[:until] = bound("--until", time)
         end
       end
 
@@ -52,10 +87,40 @@ module StaticTracing
 
         # Every file is read, and the report refuses what it cannot make
         # of them, before OUTPUT is opened: a failure leaves OUTPUT as it was.
-        traces = TraceFile.load(args)
+        traces = TraceFile.load(once_each(args))
+        traces.select(@patterns.uniq, @window[:since], @window[:until])
         traces.check(@format)
         writing { |destination| traces.report(@format, destination) }
         0
+      end
+
+      # A window's bound as the reader takes it: ["after_first", ns] for a
+      # duration, ["wall", ns since the epoch] for an ISO 8601 time.
+      def bound(option, text)
+        return ["after_first", Durations.parse(text)] if Durations::PATTERN.match?(text)
+
+        time = Time.iso8601(text)
+        ["wall", (time.to_r * 1_000_000_000).round]
+      rescue ArgumentError
+        raise UsageError, "#{option} takes a duration after the first record (10s, 250ms) or a wall-clock time in " \
+                          "ISO 8601 (2026-11-27T10:15:00Z), got #{text.inspect}"
+      end
+
+      # +paths+ without a second name of a file already named (the same
+      # device and inode: a link, or the same file twice), each said once:
+      # its records would count twice. A path that cannot be read is kept,
+      # for the reader to say why.
+      def once_each(paths)
+        seen = {}
+        paths.select do |path|
+          stat = File.stat(path)
+          first = seen[[stat.dev, stat.ino]]
+          seen[[stat.dev, stat.ino]] = path unless first
+          err.puts("#{PROGRAM}: warning: #{path} is the same file as #{first}: read once") if first
+          !first
+        rescue SystemCallError
+          true
+        end
       end
 
       # Yields the destination: OUTPUT, or stdout (whose write errors, and

@@ -4,21 +4,34 @@
 //! event ("X") from its start (its end, when the record was made, less its
 //! latency) for its latency; per other record an instant event ("i",
 //! thread scoped). Times are wall-clock microseconds, written with all
-//! three decimals of their nanoseconds (Perfetto keeps them).
+//! three decimals of their nanoseconds (Perfetto keeps them). A thread
+//! whose name the file holds gets a `thread_name` metadata event.
+//!
+//! The stacks of stack probes are a timeline too, as viewers draw one
+//! only of complete events (speedscope finds a file of instant events
+//! alone "empty"): each frame of a thread's stack is a complete event
+//! (category `stack`) from the record where it appears to the next of the
+//! thread's stack records where it is gone, the frames a stack shares
+//! with the one before merged into one event; those of the thread's last
+//! stack last until the file's last record.
 //!
 //! A file can hold millions of records: each event is written straight
 //! into the buffered output, with nothing allocated per record but the
 //! text of a String argument that is not UTF-8.
 
+use super::folded::cleaned;
+use super::threads::ThreadNames;
 use crate::records::Args;
 use crate::Trace;
 use serde_json::ser::{CompactFormatter, Formatter};
 use stapsdt::ring::{Arg, ProbeEntry};
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
-pub fn write<W: Write>(traces: &[Trace], out: &mut W) -> io::Result<()> {
+pub fn write<W: Write>(traces: &[Trace], names: &ThreadNames, out: &mut W) -> io::Result<()> {
     let mut events = Events {
+        names,
         out,
         first: true,
         float_text: String::new(),
@@ -31,6 +44,7 @@ pub fn write<W: Write>(traces: &[Trace], out: &mut W) -> io::Result<()> {
 }
 
 struct Events<'a, W: Write> {
+    names: &'a ThreadNames,
     out: &'a mut W,
     first: bool,
     /// Where a Float's shortest digits are found: reused, as there can be
@@ -49,6 +63,17 @@ impl<W: Write> Events<'_, W> {
             .write_all(b",\"tid\":0,\"args\":{\"name\":\"ruby ")?;
         CompactFormatter.write_u64(self.out, pid)?;
         self.out.write_all(b"\"}}")?;
+        for (tid, name) in self.names.of_process(trace) {
+            self.start()?;
+            self.out
+                .write_all(b"{\"name\":\"thread_name\",\"ph\":\"M\",\"ts\":0,\"pid\":")?;
+            CompactFormatter.write_u64(self.out, pid)?;
+            self.out.write_all(b",\"tid\":")?;
+            CompactFormatter.write_u32(self.out, tid)?;
+            self.out.write_all(b",\"args\":{\"name\":")?;
+            json_string(self.out, name)?;
+            self.out.write_all(b"}}")?;
+        }
 
         let prefixes: Vec<Vec<u8>> = trace.probes.iter().map(prefix).collect();
         let latency_args: Vec<Option<usize>> = trace
@@ -60,9 +85,19 @@ impl<W: Write> Events<'_, W> {
         // record's; exact, whatever the anchors.
         let epoch = i128::from(trace.header.anchor_realtime_ns)
             - i128::from(trace.header.anchor_monotonic_ns);
+        let stack_args: Vec<Option<usize>> = trace
+            .probes
+            .iter()
+            .map(|probe| probe.stack_arg.map(usize::from))
+            .collect();
+        let mut stacks: HashMap<u32, Vec<OpenFrame<'_>>> = HashMap::new();
         for record in &trace.records {
             let position = record.probe as usize;
             let time = epoch + i128::from(record.time_ns);
+            if let Some(Some(Arg::Str(stack))) = stack_args[position].map(|arg| record.arg(arg)) {
+                let open = stacks.entry(record.tid).or_default();
+                self.stack(pid, record.tid, open, stack, time)?;
+            }
             self.start()?;
             self.out.write_all(&prefixes[position])?;
             let latency_arg = latency_args[position];
@@ -91,6 +126,72 @@ impl<W: Write> Events<'_, W> {
             self.out.write_all(b",\"args\":{")?;
             self.arguments(record.args(), latency_arg)?;
             self.out.write_all(b"}}")?;
+        }
+        if !stacks.is_empty() {
+            let last = trace.records.iter().map(|record| record.time_ns).max();
+            let end = epoch + i128::from(last.unwrap_or_default());
+            let mut threads: Vec<(u32, Vec<OpenFrame<'_>>)> = stacks.into_iter().collect();
+            threads.sort_unstable_by_key(|&(tid, _)| tid);
+            for (tid, mut open) in threads {
+                self.close_frames(pid, tid, &mut open, 0, end)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves thread `tid`'s timeline of stacks to `stack`, recorded at
+    /// `time`: closes the frames of the stack before that it does not
+    /// share, opens its own.
+    fn stack<'s>(
+        &mut self,
+        pid: u64,
+        tid: u32,
+        open: &mut Vec<OpenFrame<'s>>,
+        stack: &'s [u8],
+        time: i128,
+    ) -> io::Result<()> {
+        let frames = || stack.split(|&byte| byte == b';');
+        let shared = open
+            .iter()
+            .zip(frames())
+            .take_while(|(open, frame)| open.name == *frame)
+            .count();
+        self.close_frames(pid, tid, open, shared, time)?;
+        if !stack.is_empty() {
+            open.extend(
+                frames()
+                    .skip(shared)
+                    .map(|name| OpenFrame { name, start: time }),
+            );
+        }
+        Ok(())
+    }
+
+    /// Ends the frames of `open` past the first `keep` at `end`, innermost
+    /// first, each a complete event.
+    fn close_frames(
+        &mut self,
+        pid: u64,
+        tid: u32,
+        open: &mut Vec<OpenFrame<'_>>,
+        keep: usize,
+        end: i128,
+    ) -> io::Result<()> {
+        while open.len() > keep {
+            let frame = open.pop().expect("more than keep frames");
+            self.start()?;
+            self.out.write_all(b"{\"name\":")?;
+            json_string(self.out, &cleaned(frame.name))?;
+            self.out
+                .write_all(b",\"cat\":\"stack\",\"ph\":\"X\",\"ts\":")?;
+            self.micros(frame.start)?;
+            self.out.write_all(b",\"dur\":")?;
+            self.micros(end - frame.start)?;
+            self.out.write_all(b",\"pid\":")?;
+            CompactFormatter.write_u64(self.out, pid)?;
+            self.out.write_all(b",\"tid\":")?;
+            CompactFormatter.write_u32(self.out, tid)?;
+            self.out.write_all(b",\"args\":{}}")?;
         }
         Ok(())
     }
@@ -148,6 +249,13 @@ impl<W: Write> Events<'_, W> {
         let digit = |place: u128| b'0' + (fraction / place % 10) as u8;
         self.out.write_all(&[b'.', digit(100), digit(10), digit(1)])
     }
+}
+
+/// A frame of a thread's stack as the timeline has it: its bytes in the
+/// record, and since when it has been on the stack.
+struct OpenFrame<'a> {
+    name: &'a [u8],
+    start: i128,
 }
 
 /// The start of each event of `probe`'s records, to its phase.
@@ -297,7 +405,7 @@ mod tests {
 
     fn chrome(traces: &[Trace]) -> String {
         let mut out = Vec::new();
-        write(traces, &mut out).unwrap();
+        write(traces, &ThreadNames::default(), &mut out).unwrap();
         String::from_utf8(out).unwrap()
     }
 
@@ -333,7 +441,8 @@ mod tests {
         let first = trace("a.trace", standard_probes(), records);
         let mut second = trace("b.trace", standard_probes(), calls(&[1]));
         second.header.pid = 9;
-        // What the Ruby report wrote for these.
+        // What the Ruby report wrote for these, and the stack's frames as
+        // complete events, which it did not write.
         let ruby = "{\"traceEvents\":[\n\
             {\"name\":\"process_name\",\"ph\":\"M\",\"ts\":0,\"pid\":4321,\"tid\":0,\"args\":{\"name\":\"ruby 4321\"}},\n\
             {\"name\":\"my_controller:index\",\"cat\":\"my_controller\",\"ph\":\"X\",\"ts\":1699999999998499.999,\
@@ -349,6 +458,10 @@ mod tests {
             \"arg2\":1.0e+20}},\n\
             {\"name\":\"app:hits\",\"cat\":\"app\",\"ph\":\"i\",\"s\":\"t\",\"ts\":1700000000009700.000,\"pid\":4321,\
             \"tid\":9,\"args\":{\"arg0\":\"\",\"arg1\":0,\"arg2\":\"-Infinity\"}},\n\
+            {\"name\":\"work\",\"cat\":\"stack\",\"ph\":\"X\",\"ts\":1700000000009500.000,\"dur\":200.000,\
+            \"pid\":4321,\"tid\":8,\"args\":{}},\n\
+            {\"name\":\"main\",\"cat\":\"stack\",\"ph\":\"X\",\"ts\":1700000000009500.000,\"dur\":200.000,\
+            \"pid\":4321,\"tid\":8,\"args\":{}},\n\
             {\"name\":\"process_name\",\"ph\":\"M\",\"ts\":0,\"pid\":9,\"tid\":0,\"args\":{\"name\":\"ruby 9\"}},\n\
             {\"name\":\"my_controller:index\",\"cat\":\"my_controller\",\"ph\":\"X\",\"ts\":1700000000000999.999,\
             \"dur\":0.001,\"pid\":9,\"tid\":7,\"args\":{}}\n\

@@ -43,7 +43,7 @@ pub fn write(traces: &[Trace], out: &mut impl Write) -> io::Result<()> {
 }
 
 /// Each distinct stack, cleaned, with its count, in byte order.
-fn counts(traces: &[Trace]) -> BTreeMap<String, u64> {
+pub(super) fn counts(traces: &[Trace]) -> BTreeMap<String, u64> {
     let mut counts: HashMap<&[u8], u64> = HashMap::new();
     for trace in traces {
         let stack_args: Vec<Option<usize>> = trace
@@ -73,7 +73,7 @@ fn counts(traces: &[Trace]) -> BTreeMap<String, u64> {
 /// `stack` as one line of text: bytes that are not UTF-8 (each maximal
 /// run that cannot begin a character) and control characters, line
 /// breaks among them, each shown as "?".
-fn cleaned(stack: &[u8]) -> String {
+pub(super) fn cleaned(stack: &[u8]) -> String {
     let mut text = String::with_capacity(stack.len());
     for chunk in stack.utf8_chunks() {
         text.extend(

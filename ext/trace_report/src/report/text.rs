@@ -11,7 +11,7 @@ use super::probe_calls::{probe_calls, ProbeCalls, Tally};
 use crate::Trace;
 use std::io::{self, Write};
 
-const PERCENTILES: [usize; 3] = [50, 90, 99];
+pub(super) const PERCENTILES: [usize; 3] = [50, 90, 99];
 
 pub fn write(traces: &[Trace], out: &mut impl Write) -> io::Result<()> {
     let mut tallies: Vec<Tally> = traces.iter().map(Tally::of).collect();
@@ -65,7 +65,7 @@ fn span(traces: &[Trace], tallies: &[Tally]) -> String {
 }
 
 /// Exact, whatever the anchors: a hostile file's must not wrap.
-fn wall_time(trace: &Trace, monotonic_ns: u64) -> i128 {
+pub(super) fn wall_time(trace: &Trace, monotonic_ns: u64) -> i128 {
     i128::from(trace.header.anchor_realtime_ns) + i128::from(monotonic_ns)
         - i128::from(trace.header.anchor_monotonic_ns)
 }
@@ -144,7 +144,7 @@ fn duration(nanoseconds: i64) -> String {
 /// value that that percentage of the values are at most. Each is selected
 /// in place (reordering `values`), in time linear in their number, where
 /// sorting a million latencies would cost several times as much.
-fn percentiles(values: &mut [i64]) -> [i64; PERCENTILES.len()] {
+pub(super) fn percentiles(values: &mut [i64]) -> [i64; PERCENTILES.len()] {
     let mut found = [0; PERCENTILES.len()];
     // Ranks ascend: once a value is selected, those after it are at least
     // it, and the next is among them.
