@@ -223,6 +223,18 @@ RSpec.describe "static-tracing report" do
       )
     end
 
+    it "names the threads whose names the file holds after its slots" do
+      path = trace("a.trace", records)
+      names = [[7, "puma srv tp 001"], [8, "worker \"é\""]]
+      File.binwrite(path, ["STTHREAD", names.size].pack("a8L<") +
+                          names.map { |tid, name| [tid, name.bytesize, name].pack("L<Ca*") }.join, File.size(path))
+      events = events(cli("report", "--format", "chrome", path).stdout)
+      expect(events.select { |event| event["name"] == "thread_name" }.map { |event| [event["tid"], event["args"]] })
+        .to eq([[7, { "name" => "puma srv tp 001" }], [8, { "name" => "worker \"é\"" }]])
+      # Read as before by what reads the records alone.
+      expect(trace_file.read(path).records.size).to eq(4)
+    end
+
     it "makes an instant event of a record of any other probe, with its arguments" do
       events = events(cli("report", "--format", "chrome", trace("a.trace", records)).stdout)
       instants = events.select { |event| event["ph"] == "i" }

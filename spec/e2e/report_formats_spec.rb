@@ -36,7 +36,13 @@ module ReportFormats
     12.times { FormatsApp.new.show(0.001) }
     5.times { outer }
     3.times { FormatsStacks.new.branch }
-    Thread.new { 4.times { FormatsApp.new.index(0) } }.join
+    # Named, and alive a while after its calls: `record` reads a thread's
+    # name while it runs.
+    Thread.new do
+      Thread.current.name = "formats-worker"
+      4.times { FormatsApp.new.index(0) }
+      sleep 0.5
+    end.join
   RUBY
 end
 
@@ -116,8 +122,11 @@ RSpec.describe "Report formats, as the programs that open them read them", :subp
     end
     expect(opened).to eq(ReportFormats::CALLS.slice("formats_app:index", "formats_app:show"))
     expect(samples).to match_array(recorded_stacks)
-    # The program's second thread has a profile of its own.
-    expect(document["profiles"].count { |profile| profile["type"] == "evented" }).to eq(2)
+    # The program's second thread has a profile of its own, named as it
+    # named itself.
+    evented = document["profiles"].select { |profile| profile["type"] == "evented" }.map { |profile| profile["name"] }
+    expect(evented).to contain_exactly(/\Aruby \d+ thread \d+ \(ruby[\d.]*\): latency probes\z/,
+                                       /\Aruby \d+ thread \d+ \(formats-worker\): latency probes\z/)
   end
 
   it "pprof: go tool pprof -top lists the probes' calls, and -tags counts each probe's samples" do
@@ -135,6 +144,7 @@ RSpec.describe "Report formats, as the programs that open them read them", :subp
     expect(status).to be_success, tags
     probes = tags[/^ probe: .*?(?=^ \S|\z)/m].scan(/^\s+([\d.]+) \(.*?\): (\S+)$/)
     expect(probes.to_h { |count, probe| [probe, count.to_f] }).to eq(ReportFormats::CALLS.transform_values(&:to_f))
+    expect(tags).to match(/^\s+4\.0 \(.*\): formats-worker$/)
 
     latency, status = Open3.capture2e(go, "tool", "pprof", "-top", "-sample_index=latency", "-unit=ns", path)
     expect(status).to be_success, latency
@@ -151,6 +161,14 @@ RSpec.describe "Report formats, as the programs that open them read them", :subp
     expect(frames).to include(*recorded_stacks.flatten.uniq)
     expect(titles).to include("Object#outer (5 calls, 45.45%)", "FormatsStacks#branch (6 calls, 54.55%)")
     expect(svg).to include("Widths count calls")
+  end
+
+  it "chrome: names each thread as its process named it" do
+    document = JSON.parse(report("--format", "chrome"))
+    names = document["traceEvents"].select { |event| event["name"] == "thread_name" }
+    worker = records.find { |record| record.probe.label == "formats_app:index" && record.tid != read_trace(trace).pid }
+    expect(names).to include(include("ph" => "M", "tid" => worker.tid, "args" => { "name" => "formats-worker" }))
+    expect(names.map { |event| event["tid"] }).to match_array(records.map(&:tid).uniq)
   end
 
   it "chrome: a recording of stacks alone is a timeline of complete events, one per frame run" do

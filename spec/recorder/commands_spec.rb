@@ -172,7 +172,8 @@ RSpec.describe "Recording a live process with static-tracing", :subprocess do
       result = run_cli("report", "--format", "chrome", trace)
       expect(result.exitstatus).to eq(0), result.stderr
       events = JSON.parse(result.stdout).fetch("traceEvents")
-      expect(events.map { |event| event["ph"] }.tally).to eq("M" => 1, "X" => 20, "i" => 1)
+      # Metadata: the process's name, and its thread's, which record read.
+      expect(events.map { |event| event["ph"] }.tally).to eq("M" => 2, "X" => 20, "i" => 1)
       events.each do |event|
         expect(event.keys).to include("name", "ph", "ts", "pid", "tid")
         expect(event["pid"]).to eq(app.pid)

@@ -12,7 +12,8 @@ use std::fs::File;
 use std::mem::ManuallyDrop;
 use trace_report::follow::{self, Counts, DumpError};
 use trace_report::report::select::{self, Bound, Selection};
-use trace_report::report::{self, Format, ReportError};
+use trace_report::report::threads::read_trailer;
+use trace_report::report::{self, Format, ReportError, ThreadNames};
 use trace_report::Trace as Read;
 
 /// `TraceReader.read(source, name)`: the file (see `Source::of`), read whole.
@@ -29,16 +30,30 @@ fn read_file(ruby: &Ruby, source: &Source, name: &str) -> Result<Read, Error> {
 /// narrows them to some probes and a window of time; `check` refuses a
 /// format it cannot make of them, `report` writes it.
 #[magnus::wrap(class = "StaticTracing::TraceReader::Traces", free_immediately, size)]
-struct Traces(RefCell<Vec<Read>>);
+struct Traces {
+    traces: RefCell<Vec<Read>>,
+    /// Their threads' names, as the files hold them.
+    names: ThreadNames,
+}
 
 impl Traces {
     fn load(ruby: &Ruby, files: RArray) -> Result<Traces, Error> {
         let mut traces = Vec::with_capacity(files.len());
+        let mut names = ThreadNames::default();
         for file in files.into_iter() {
             let (source, name): (Value, String) = magnus::TryConvert::try_convert(file)?;
-            traces.push(read_file(ruby, &Source::of(source)?, &name)?);
+            let source = Source::of(source)?;
+            let trace = read_file(ruby, &source, &name)?;
+            let header = &trace.header;
+            for (tid, thread) in read_trailer(&source, header) {
+                names.insert(header.pid, header.pid_namespace, tid, thread);
+            }
+            traces.push(trace);
         }
-        Ok(Traces(RefCell::new(traces)))
+        Ok(Traces {
+            traces: RefCell::new(traces),
+            names,
+        })
     }
 
     /// `select(patterns, since, until)`: keeps the probes the patterns
@@ -57,14 +72,14 @@ impl Traces {
             since: since.map(|bound| bound_of(ruby, bound)).transpose()?,
             until: until.map(|bound| bound_of(ruby, bound)).transpose()?,
         };
-        select::select(&mut rb_self.0.borrow_mut(), &selection);
+        select::select(&mut rb_self.traces.borrow_mut(), &selection);
         Ok(())
     }
 
     /// `check(format)`: raises what `report` would refuse, before any
     /// output is opened.
     fn check(ruby: &Ruby, rb_self: &Self, format: String) -> Result<(), Error> {
-        report::check(&rb_self.0.borrow(), format_named(ruby, &format)?)
+        report::check(&rb_self.traces.borrow(), format_named(ruby, &format)?)
             .map_err(|err| report_error(ruby, err))
     }
 
@@ -73,7 +88,8 @@ impl Traces {
     fn report(ruby: &Ruby, rb_self: &Self, format: String, out: Value) -> Result<(), Error> {
         let format = format_named(ruby, &format)?;
         let mut writer = RubyWriter::new(ruby, out);
-        match report::write(&rb_self.0.borrow(), format, &mut writer) {
+        let traces = rb_self.traces.borrow();
+        match report::write(&traces, &rb_self.names, format, &mut writer) {
             Ok(()) => writer.finish(),
             Err(ReportError::Io(err)) => Err(writer.take_error(err)),
             Err(err) => Err(report_error(ruby, err)),

@@ -11,11 +11,13 @@
 //! is lost.
 
 use crate::records::Records;
+use crate::report::threads::live_names;
 use crate::trace::TraceError;
 use crate::write::{write_trace, Held, Origin};
 use stapsdt::ring::format::{offset, Counters, Header};
 use stapsdt::ring::scan::{self, Opened, Pass, ReadAt};
 use stapsdt::ring::ProbeEntry;
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
@@ -37,6 +39,11 @@ pub struct Follower {
     opened: Opened,
     position: u64,
     held: Held,
+    /// The names of the threads of the records held, read while the
+    /// process runs: its threads' ids alone say little once it is gone.
+    thread_names: BTreeMap<u32, String>,
+    /// Where the process is in this `/proc`, once looked for.
+    process: Option<Option<u64>>,
 }
 
 /// What a follower or a dump read, as the command reports it.
@@ -61,6 +68,8 @@ impl Follower {
             position: opened.counters.tail,
             opened,
             held: Held::default(),
+            thread_names: BTreeMap::new(),
+            process: None,
         })
     }
 
@@ -68,12 +77,14 @@ impl Follower {
     pub fn poll(&mut self, file: &(impl Ring + ?Sized)) -> Result<u64, TraceError> {
         self.opened = open(file, &self.name)?;
         let before = self.held.records();
+        let before_bytes = self.held.len();
         let held = &mut self.held;
         self.position = self
             .opened
             .follow(file, self.position, |_, slots| held.push(slots))
             .map_err(|err| TraceError::of(&self.name, err))?;
         self.store_tail(file)?;
+        self.name_threads(before_bytes);
         Ok(self.held.records() - before)
     }
 
@@ -85,6 +96,7 @@ impl Follower {
         let (slot_count, head) = (self.opened.header.slot_count, self.opened.counters.head);
         let from = self.position.max(head.saturating_sub(slot_count));
         let before = self.held.records();
+        let before_bytes = self.held.len();
         let (held, position) = (&mut self.held, self.position);
         self.opened
             .scan(file, from + slot_count - head, |record, slots| {
@@ -95,6 +107,7 @@ impl Follower {
             .map_err(|err| TraceError::of(&self.name, err))?;
         self.position = self.position.max(head);
         self.store_tail(file)?;
+        self.name_threads(before_bytes);
         Ok(self.held.records() - before)
     }
 
@@ -117,7 +130,30 @@ impl Follower {
 
     /// Writes what was read as a trace file.
     pub fn write(&self, out: &mut impl Write) -> io::Result<()> {
-        write_trace(out, origin(&self.opened, &self.held), &self.held)
+        let origin = origin(&self.opened, &self.held, &self.thread_names);
+        write_trace(out, origin, &self.held)
+    }
+
+    /// The names of the threads known so far, by id.
+    pub fn thread_names(&self) -> &BTreeMap<u32, String> {
+        &self.thread_names
+    }
+
+    /// Reads the names of the threads of the records held after the first
+    /// `bytes` bytes that have none yet, if the process can be seen: once
+    /// per thread, not per poll.
+    fn name_threads(&mut self, bytes: usize) {
+        let unnamed: Vec<u32> = self
+            .held
+            .threads_after(bytes)
+            .into_iter()
+            .filter(|tid| !self.thread_names.contains_key(tid))
+            .collect();
+        if unnamed.is_empty() {
+            return;
+        }
+        let found = live_names(&self.opened.header, &unnamed, &mut self.process);
+        self.thread_names.extend(found);
     }
 
     /// What was read so far, held as the bytes of its records' slots.
@@ -130,7 +166,8 @@ impl Follower {
     pub fn records_after(&self, bytes: usize) -> Result<Records, TraceError> {
         let after = self.held.after(bytes);
         let mut file = Vec::new();
-        write_trace(&mut file, origin(&self.opened, &after), &after).map_err(|err| {
+        let no_names = BTreeMap::new();
+        write_trace(&mut file, origin(&self.opened, &after, &no_names), &after).map_err(|err| {
             TraceError::Io {
                 name: self.name.clone(),
                 err,
@@ -165,7 +202,10 @@ pub fn dump(
     opened
         .scan(ring, 0, |_, slots| held.push(slots))
         .map_err(|err| TraceError::of(name, err))?;
-    write_trace(out, origin(&opened, &held), &held).map_err(DumpError::Write)?;
+    let thread_names = live_names(&opened.header, &held.threads_after(0), &mut None)
+        .into_iter()
+        .collect();
+    write_trace(out, origin(&opened, &held, &thread_names), &held).map_err(DumpError::Write)?;
     Ok(counts(&opened.counters, held.records()))
 }
 
@@ -197,11 +237,16 @@ fn counts(counters: &Counters, records: u64) -> Counts {
     }
 }
 
-fn origin<'a>(opened: &'a Opened, held: &Held) -> Origin<'a> {
+fn origin<'a>(
+    opened: &'a Opened,
+    held: &Held,
+    thread_names: &'a BTreeMap<u32, String>,
+) -> Origin<'a> {
     Origin {
         header: &opened.header,
         probes: &opened.probes,
         records_total: opened.counters.records.max(held.records()),
         dropped: opened.counters.dropped,
+        thread_names,
     }
 }

@@ -28,6 +28,7 @@ use crate::Trace;
 use std::fmt;
 use std::io::{self, BufWriter, Write};
 use std::str::FromStr;
+pub use threads::ThreadNames;
 
 /// Reports can be millions of lines: they reach the destination in pieces
 /// this large, not line by line.
@@ -154,17 +155,21 @@ pub fn check(traces: &[Trace], format: Format) -> Result<(), ReportError> {
 }
 
 /// Writes the report of `traces` in `format` to `out`, refusing it as
-/// [`check`] does.
-pub fn write(traces: &[Trace], format: Format, out: &mut dyn Write) -> Result<(), ReportError> {
+/// [`check`] does; `names` are their threads' (as [`threads::read_trailer`] finds them).
+pub fn write(
+    traces: &[Trace],
+    names: &ThreadNames,
+    format: Format,
+    out: &mut dyn Write,
+) -> Result<(), ReportError> {
     check(traces, format)?;
     let mut out = BufWriter::with_capacity(OUTPUT_BUFFER, out);
-    let names = threads::ThreadNames::of(traces);
     match format {
         Format::Text => text::write(traces, &mut out)?,
         Format::Json => json::write(traces, &mut out)?,
-        Format::Chrome => chrome::write(traces, &names, &mut out)?,
-        Format::Speedscope => speedscope::write(traces, &names, &mut out)?,
-        Format::Pprof => pprof::write(traces, &names, &mut out)?,
+        Format::Chrome => chrome::write(traces, names, &mut out)?,
+        Format::Speedscope => speedscope::write(traces, names, &mut out)?,
+        Format::Pprof => pprof::write(traces, names, &mut out)?,
         Format::Folded => folded::write(traces, &mut out)?,
         Format::Svg => svg::write(traces, &mut out)?,
     }
@@ -216,7 +221,7 @@ mod tests {
         for format in Format::ALL {
             let mut out = io::sink();
             let started = std::time::Instant::now();
-            write(&traces, format, &mut out).unwrap();
+            write(&traces, &ThreadNames::default(), format, &mut out).unwrap();
             eprintln!("{}: {:?}", format.name(), started.elapsed());
         }
     }
@@ -238,7 +243,7 @@ mod tests {
     fn a_refused_report_writes_nothing() {
         let traces = [trace("a.trace", vec![index_probe(0)], calls(&[1]))];
         let mut out = Vec::new();
-        let err = write(&traces, Format::Folded, &mut out).unwrap_err();
+        let err = write(&traces, &ThreadNames::default(), Format::Folded, &mut out).unwrap_err();
         assert!(matches!(err, ReportError::Refused(_)));
         assert!(out.is_empty());
         assert!(check(&traces, Format::Svg).is_err());
@@ -283,7 +288,13 @@ mod tests {
             Format::Speedscope,
             Format::Pprof,
         ] {
-            let err = write(&traces, format, &mut Full { room: 10 }).unwrap_err();
+            let err = write(
+                &traces,
+                &ThreadNames::default(),
+                format,
+                &mut Full { room: 10 },
+            )
+            .unwrap_err();
             match err {
                 ReportError::Io(err) => assert_eq!(err.raw_os_error(), Some(libc::ENOSPC)),
                 other => panic!("{other:?}"),

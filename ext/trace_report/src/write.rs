@@ -3,11 +3,15 @@
 //! sized to the records it holds: they are laid one after another from
 //! sequence number 0, each with the bytes it had in the ring (so its
 //! probe id, thread, time and payload are as written), its stamps renumbered.
+//! After the slots come the names of the records' threads, when the
+//! command could read them (see [`crate::report::threads`]).
 
+use crate::report::threads::encode_trailer;
 use stapsdt::ring::format::{
     first_stamp, later_stamp, Counters, Entry, Header, COMPLETE, HEADER_SIZE, SLOT_SIZE,
 };
 use stapsdt::ring::ProbeEntry;
+use std::collections::BTreeMap;
 use std::io::{self, Write};
 
 /// Records held for writing, as the reader found them: the bytes of each
@@ -44,6 +48,23 @@ impl Held {
         self.bytes.is_empty()
     }
 
+    /// The threads of the records held after the first `bytes` bytes (a
+    /// `len` taken before they were added), each once.
+    pub fn threads_after(&self, bytes: usize) -> Vec<u32> {
+        let slot_size = SLOT_SIZE as usize;
+        let mut threads = Vec::new();
+        let mut at = bytes.min(self.bytes.len());
+        while let Some(first) = self.bytes.get(at..at + slot_size) {
+            let stamp = u64::from_le_bytes(first[..8].try_into().unwrap());
+            let tid = u32::from_le_bytes(first[20..24].try_into().unwrap());
+            if !threads.contains(&tid) {
+                threads.push(tid);
+            }
+            at += slot_size * (stamp & stapsdt::ring::format::INDEX_MASK).max(1) as usize;
+        }
+        threads
+    }
+
     /// The records held after the first `bytes` bytes (a `len` taken
     /// before they were added).
     pub fn after(&self, bytes: usize) -> Held {
@@ -74,6 +95,8 @@ pub struct Origin<'a> {
     /// before and between them (dropped ones not included).
     pub records_total: u64,
     pub dropped: u64,
+    /// The names of the records' threads, by id, as far as they are known.
+    pub thread_names: &'a BTreeMap<u32, String>,
 }
 
 /// Writes `held` as a trace file into `out`: header, probe table, slots.
@@ -112,7 +135,8 @@ pub fn write_trace(out: &mut impl Write, origin: Origin<'_>, held: &Held) -> io:
     .encode(&mut first);
     out.write_all(&first)?;
     out.write_all(&table)?;
-    write_slots(out, held)
+    write_slots(out, held)?;
+    out.write_all(&encode_trailer(origin.thread_names))
 }
 
 /// The held records' slots, renumbered from sequence number 0.

@@ -31,7 +31,7 @@ module StaticTracing
                   json        the text report's figures as JSON (durations in ns), for scripts and CI checks
                   chrome      Chrome trace-event JSON, for Perfetto UI, chrome://tracing or speedscope: a
                               complete event per call of a latency probe, an instant event per other record,
-                              and the stacks of stack probes as a timeline of their frames
+                              the stacks of stack probes as a timeline of their frames, and thread names
                   speedscope  speedscope's format (speedscope.app): per thread, its latency probes' calls
                               as a timeline and its stacks as samples, one per record
                   pprof       a gzipped pprof profile, for go tool pprof, Pyroscope or Parca: stacks and
