@@ -11,6 +11,9 @@ RSpec.configure do |config|
   config.order = :random
   Kernel.srand config.seed
 
+  # What the matrix lane leaves out, and why: spec/support/lanes.rb.
+  Lanes.tag(config)
+
   # End-to-end examples attach the real bpftrace to real processes.
   config.include E2E::Helpers, :e2e
   config.before(:each, :e2e) { require_tracing! }

@@ -1,0 +1,64 @@
+# frozen_string_literal: true
+
+# Which lane of CI runs which spec (docs/development.md, "What each lane
+# runs"). The main lane (bin/test) runs every spec, under Debian 12's Ruby
+# 3.1 with bpftrace 0.17. The matrix lane (bin/matrix) runs them again
+# under newer Rubies, all with bpftrace 0.27: it is there for what changes
+# with the Ruby or the tracer, so it leaves out what is listed here, each
+# with its reason. A spec not listed runs in both lanes, under every Ruby:
+# leaving one out is a decision written down here, never a default.
+# spec/lanes_spec.rb holds every entry to something it selects.
+module Lanes
+  ROOT = File.expand_path("../..", __dir__)
+
+  # A spec file, or one group of it (by its full description), and why it
+  # is left out where it is.
+  Entry = Struct.new(:file, :group, :why, keyword_init: true) do
+    def covers?(metadata)
+      return false unless metadata[:absolute_file_path] == File.join(ROOT, file)
+
+      description = metadata[:full_description]
+      group.nil? || description == group || description.start_with?("#{group} ")
+    end
+  end
+
+  # Tagged :version_independent, run by the main lane only: what they
+  # check is the same whatever the Ruby and the tracer, and they cost
+  # time a Ruby.
+  VERSION_INDEPENDENT = [
+    Entry.new(file: "spec/package_spec.rb",
+              why: "the .gem's files and its offline install follow from the gemspec; each Ruby of the matrix " \
+                   "builds the extension through the same extconf.rb and Makefile (rake compile) and loads it in " \
+                   "every other spec. A release build from nothing, 2 minutes a Ruby"),
+    Entry.new(file: "spec/bench_support_spec.rb",
+              why: "holds bench/support.rb's copies of the specs' rules equal to them, text for text; " \
+                   "the benchmark runs on the development machine"),
+    Entry.new(file: "spec/lanes_spec.rb", why: "checks this list and the names of the spec files")
+  ].freeze
+
+  # Tagged :ruby_independent, run by the matrix lane under its first Ruby
+  # only (and by the main lane): what they check changes with the tracer
+  # and the tools, which are the same under each Ruby of the matrix, and
+  # not with the Ruby, which they barely use.
+  RUBY_INDEPENDENT = [
+    Entry.new(file: "spec/documentation_spec.rb",
+              why: "the docs' bpftrace programs, compiled and attached by bpftrace 0.27, and their shell " \
+                   "commands and transcripts; their Ruby examples call the API every Ruby runs the specs of"),
+    Entry.new(file: "spec/hardening/churn_spec.rb", group: "Churn tracers, reloads and forks",
+              why: "bpftrace starting and leaving hundreds of times, two tracers on a probe, gdb and perf reading " \
+                   "a reloaded stub: the tracer's side of churn. 3 minutes a Ruby, mostly bpftrace 0.27 starting " \
+                   "(1 s of CPU each). What the Ruby changes runs under every Ruby: wrapping 10,000 times in no " \
+                   "more memory (the same file), forks (fork_spec.rb, process_wide_spec.rb), wrapping while " \
+                   "threads call (exactness_spec.rb)")
+  ].freeze
+
+  TAGS = { version_independent: VERSION_INDEPENDENT, ruby_independent: RUBY_INDEPENDENT }.freeze
+
+  def self.tag(config)
+    config.define_derived_metadata do |metadata|
+      TAGS.each do |tag, entries|
+        metadata[tag] = true if entries.any? { |entry| entry.covers?(metadata) }
+      end
+    end
+  end
+end
