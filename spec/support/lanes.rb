@@ -33,7 +33,15 @@ module Lanes
     Entry.new(file: "spec/bench_support_spec.rb",
               why: "holds bench/support.rb's copies of the specs' rules equal to them, text for text; " \
                    "the benchmark runs on the development machine"),
-    Entry.new(file: "spec/lanes_spec.rb", why: "checks this list and the names of the spec files")
+    Entry.new(file: "spec/lanes_spec.rb", why: "checks this list and the names of the spec files"),
+    Entry.new(file: "spec/e2e/report_formats_spec.rb",
+              why: "the formats are written by the Rust reader, the same under every Ruby, and checked by go tool " \
+                   "pprof, speedscope's schema and an SVG parser, which bin/setup installs for the main lane " \
+                   "only; the command that reads the files runs under every Ruby in spec/cli/report_spec.rb"),
+    Entry.new(file: "spec/e2e/prometheus_spec.rb",
+              why: "a Prometheus server scraping export over unicorn workers: the counts and histograms are the " \
+                   "Rust reader's, the same under every Ruby, and Prometheus is installed for the main lane only; " \
+                   "export itself runs under every Ruby in spec/cli/export_spec.rb")
   ].freeze
 
   # Tagged :ruby_independent, run by the matrix lane under its first Ruby
