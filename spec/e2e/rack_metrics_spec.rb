@@ -80,7 +80,11 @@ RSpec.describe "StaticTracing::Rack::Metrics", :subprocess do
         def work = :worked
       end
       Integer(ARGV.first).times { SpecRackMetrics.new.work }
-      sleep 1 # both have recorded before either reads
+      # Both have recorded before either reads: each says so, then waits for the other.
+      File.write(File.join(__dir__, "recorded.#{Process.pid}"), "")
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 20
+      sleep 0.01 until Dir.glob(File.join(__dir__, "recorded.*")).size == 2 ||
+                       Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
       body = StaticTracing::Rack::Metrics.new.call("REQUEST_METHOD" => "GET")[2].join
       puts body.lines.grep(/\Astatic_tracing_probe_calls_total/).map { |line| "#{Process.pid} #{line}" }
     RUBY
