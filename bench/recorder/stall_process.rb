@@ -33,6 +33,9 @@ module RecorderStall
   POLL_SECONDS = 0.2
   STEP_TIMEOUT_SECONDS = 60
 
+  # Where a ring file keeps head, the slots reserved so far (docs/recording.md).
+  RING_HEAD_OFFSET = 128
+
   def self.now = Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)
 
   class Traced
@@ -185,8 +188,10 @@ module RecorderStall
                                       dump_dir: @dir, dump_interval: 0)
       end
       @ring_bytes = status["size"]
-      @slots = StaticTracing::Native.recorder_status[:slots]
-      step(round, :fill) { wait_until { StaticTracing::Native.recorder_status[:head] >= @slots } }
+      @slots = @ring_bytes / StaticTracing::RecordingOptions::SLOT_SIZE
+      File.open(status["ring"], "rb") do |ring|
+        step(round, :fill) { wait_until { ring.pread(8, RecorderStall::RING_HEAD_OFFSET).unpack1("Q<") >= @slots } }
+      end
       dump(round)
       # The step starts as the slow call returns, the trigger pulled; it
       # ends once the snapshot is counted.
