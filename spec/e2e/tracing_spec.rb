@@ -88,32 +88,54 @@ RSpec.describe "Tracing runtime probes with bpftrace", :e2e do
     require_command!("perf")
     path = stub_path
     event = "sdt_e2e_app:hello"
-    Dir.mktmpdir do |dir|
-      # A cache of our own: perf's shared one remembers stubs of processes
-      # long gone, and refuses to add an SDT event while it does.
-      perf = lambda do |*args|
-        output, status = Open3.capture2e("perf", "--buildid-dir", File.join(dir, "cache"), *args)
-        expect(status).to be_success, "perf #{args.join(" ")}: #{output}"
-        output
+    # perf's probe events are the system's, named after the probe: two runs
+    # at once (the matrix lane's Rubies) take turns.
+    holding_the_systems_probe_events do
+      Dir.mktmpdir do |dir|
+        # A cache of our own: perf's shared one remembers stubs of processes
+        # long gone, and refuses to add an SDT event while it does.
+        perf = lambda do |*args|
+          output, status = Open3.capture2e("perf", "--buildid-dir", File.join(dir, "cache"), *args)
+          expect(status).to be_success, "perf #{args.join(" ")}: #{output}"
+          output
+        end
+        perf.call("buildid-cache", "--add", path)
+        perf.call("probe", "-x", path, "-a", event)
+        data = File.join(dir, "perf.data")
+        recorder = E2E::Child.new("perf", "record", "-q", "-e", event, "-p", app.pid.to_s, "-o", data)
+        started_processes << recorder
+        eventually("perf registered the probe") { app.evaluate("hello.enabled?") }
+        # perf turns its event on a moment after the probe is registered, and
+        # says nothing when it has: fire a numbered run long enough to cover
+        # that moment; perf must then see every call from some point on.
+        fired = app.evaluate("(1..300).map { |n| sleep 0.002; hello.fire(n, 'perf', 0.0) }")
+        expect(fired).to all(be(true))
+        recorder.stop("INT")
+        script = perf.call("script", "-i", data, "-F", "event,trace")
+        seen = script.scan(/#{event}: \(\h+\) arg1=(\d+)/).flatten.map(&:to_i)
+        expect(seen).not_to be_empty
+        expect(seen).to eq((seen.first..300).to_a)
+      ensure
+        Open3.capture2e("perf", "probe", "-d", event)
       end
-      perf.call("buildid-cache", "--add", path)
-      perf.call("probe", "-x", path, "-a", event)
-      data = File.join(dir, "perf.data")
-      recorder = E2E::Child.new("perf", "record", "-q", "-e", event, "-p", app.pid.to_s, "-o", data)
-      started_processes << recorder
-      eventually("perf registered the probe") { app.evaluate("hello.enabled?") }
-      # perf turns its event on a moment after the probe is registered, and
-      # says nothing when it has: fire a numbered run long enough to cover
-      # that moment; perf must then see every call from some point on.
-      fired = app.evaluate("(1..300).map { |n| sleep 0.002; hello.fire(n, 'perf', 0.0) }")
-      expect(fired).to all(be(true))
-      recorder.stop("INT")
-      script = perf.call("script", "-i", data, "-F", "event,trace")
-      seen = script.scan(/#{event}: \(\h+\) arg1=(\d+)/).flatten.map(&:to_i)
-      expect(seen).not_to be_empty
-      expect(seen).to eq((seen.first..300).to_a)
-    ensure
-      Open3.capture2e("perf", "probe", "-d", event)
+    end
+  end
+
+  # Yields while no other run of this spec holds the kernel's uprobe events
+  # (a lock on the tracefs file that lists them: the same file for every
+  # root of this kernel), 120 s at most.
+  def holding_the_systems_probe_events
+    events = %w[/sys/kernel/tracing/uprobe_events /sys/kernel/debug/tracing/uprobe_events].find { File.exist?(_1) }
+    return yield unless events
+
+    File.open(events) do |file|
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 120
+      until file.flock(File::LOCK_EX | File::LOCK_NB)
+        raise "another run held #{events} for 120 s" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+
+        sleep 0.1
+      end
+      yield
     end
   end
 
