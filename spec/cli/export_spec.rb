@@ -205,7 +205,9 @@ RSpec.describe "static-tracing export" do
       expect(calls(scrape).keys.map(&:first)).to contain_exactly(staying.pid.to_s, leaving.pid.to_s)
       leaving.kill
       expect(calls(scrape).keys.map(&:first)).to eq([staying.pid.to_s])
-      expect(export.output).to include("static-tracing: process #{leaving.pid} exited: its series are gone")
+      # Said on stderr as the scrape is answered: read once it arrives.
+      said = "static-tracing: process #{leaving.pid} exited: its series are gone"
+      expect(export.wait_for(/^#{Regexp.escape(said)}$/, timeout: 10)[0]).to eq(said)
     end
 
     it "with no PID, finds each process of its user that records at each scrape, new ones from 0" do
