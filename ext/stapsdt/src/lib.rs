@@ -31,13 +31,13 @@ pub mod ring_file;
 #[cfg(unix)]
 pub mod site;
 #[cfg(unix)]
+pub mod snapshot_file;
+#[cfg(unix)]
 pub mod state_file;
 #[cfg(unix)]
 pub mod stub_dir;
 #[cfg(unix)]
 mod sys;
-#[cfg(unix)]
-pub mod trace_file;
 pub mod tried;
 
 pub use arch::Arch;

@@ -4,12 +4,19 @@
 //! memory, the times and the thread ids; the reader reads files through
 //! [`scan::ReadAt`], from a descriptor or from bytes in memory.
 //!
-//! - [`format`]: every offset, constant and encoding of the format;
+//! This module owns the format: no offset of it is known anywhere else.
+//!
+//! - [`format`]: every offset, constant and encoding of the format, and
+//!   [`Slot`], the one view of a slot's bytes;
 //! - [`Ring`]: the writer, lock-free and allocation-free on its hot paths,
 //!   and [`Ring::snapshot`], a consistent copy of it as a trace file;
 //! - [`scan`]: the format's one reader: a ring or trace file read from
 //!   wherever its bytes are, a window of slots at a time, every byte checked
-//!   (the checks are `reader`'s), and [`parse`], its reading of bytes in memory.
+//!   (the checks are `checks`'), and [`parse`], its reading of bytes in memory;
+//! - [`cursor`]: the one cursor over a live ring, and the lost-record rule,
+//!   which following ([`follow`]) and the metrics' tally both move;
+//! - [`trace_file`]: the one writer of trace files, with the thread names
+//!   after their slots, for the snapshot and for the command.
 //!
 //! ```
 //! use stapsdt::ring::{parse, Arg, Ring, RingConfig, Value};
@@ -31,16 +38,23 @@
 //! # drop(ring);
 //! ```
 
+mod checks;
+pub mod cursor;
+#[cfg(unix)]
+pub mod follow;
 pub mod format;
-mod reader;
+#[cfg(unix)]
+mod live_threads;
 mod region;
 pub mod scan;
 mod snapshot;
+pub mod trace_file;
 mod writer;
 
-pub use format::{Arg, Counters, Header, ProbeEntry, Value, MAX_STRING};
-pub use reader::{FormatError, Record, Trace};
-pub use scan::parse;
+pub use checks::{FormatError, Record, Trace};
+pub use cursor::{Cursor, Lost};
+pub use format::{Arg, Counters, Header, ProbeEntry, Slot, Value, MAX_STRING};
+pub use scan::{parse, TraceError};
 pub use writer::{
     ConfigError, Ring, RingConfig, TableError, DEFAULT_TABLE_CAPACITY, MAX_SLOTS_BYTES,
     MAX_TABLE_CAPACITY, MIN_SLOTS_BYTES,

@@ -2,7 +2,6 @@
 //! `lib/static_tracing` builds the public Ruby API. The probe machinery
 //! itself (ELF stubs, loading) is the `stapsdt` crate, which knows no Ruby.
 
-mod gvl;
 mod internal_probes;
 mod recording;
 mod ruby_api;

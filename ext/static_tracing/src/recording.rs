@@ -301,11 +301,11 @@ impl Recording {
     }
 
     /// Writes what the ring holds now as the new trace file `path` (see
-    /// `Ring::snapshot` and `stapsdt::trace_file::write_new`). Takes time
+    /// `Ring::snapshot` and `stapsdt::snapshot_file::write_new`). Takes time
     /// and memory in proportion to what the ring holds: call it with the
     /// GVL released.
     pub fn write_snapshot(&self, path: &Path) -> io::Result<()> {
-        stapsdt::trace_file::write_new(path, &self.ring().snapshot())
+        stapsdt::snapshot_file::write_new(path, &self.ring().snapshot())
     }
 
     /// The probe id and latency of the call that fired a trigger since the

@@ -2,7 +2,7 @@
 //! Ruby code before it loads this library, and looked up when raised.
 
 use magnus::{Error, ExceptionClass, Ruby};
-use trace_report::TraceError;
+use stapsdt::ring::TraceError;
 
 /// `StaticTracing::CLI::Error`: a failure the command states in one line.
 pub fn cli_error(ruby: &Ruby, message: String) -> Error {

@@ -6,9 +6,10 @@ use crate::reader::{output_file, tuple, write_error};
 use crate::sources::Source;
 use crate::trace::{probe_array, record_list};
 use magnus::{function, method, prelude::*, Error, RArray, RModule, Ruby, Value};
+use stapsdt::ring::follow;
 use std::cell::RefCell;
 use std::io::{BufWriter, Write};
-use trace_report::follow;
+use trace_report::Records;
 
 #[magnus::wrap(class = "StaticTracing::TraceReader::Follower", free_immediately, size)]
 pub struct Follower(RefCell<follow::Follower>);
@@ -75,11 +76,11 @@ impl Follower {
     /// bytes of them (`held_bytes` before a read), as `Trace#record_list`
     /// gives records: for scripts and specs; the command only writes them.
     fn records_after(ruby: &Ruby, rb_self: &Self, bytes: usize) -> Result<RArray, Error> {
-        let records = rb_self
-            .0
-            .borrow()
-            .records_after(bytes)
-            .map_err(|err| trace_error(ruby, err))?;
+        let follower = rb_self.0.borrow();
+        let mut records = Records::new(follower.probes());
+        for record in follower.records_after(bytes) {
+            records.push(&record);
+        }
         record_list(ruby, &records)
     }
 

@@ -7,12 +7,13 @@ use crate::output::RubyWriter;
 use crate::sources::Source;
 use crate::trace::Trace;
 use magnus::{function, method, prelude::*, Error, RArray, RModule, Ruby, Value};
+use stapsdt::ring::follow::{self, Counts, DumpError};
+use stapsdt::ring::format::{offset, SLOT_SIZE};
+use stapsdt::ring::trace_file::read_thread_names;
 use std::cell::RefCell;
 use std::fs::File;
 use std::mem::ManuallyDrop;
-use trace_report::follow::{self, Counts, DumpError};
 use trace_report::report::select::{self, Bound, Selection};
-use trace_report::report::threads::read_trailer;
 use trace_report::report::{self, Format, ReportError, ThreadNames};
 use trace_report::Trace as Read;
 
@@ -45,7 +46,7 @@ impl Traces {
             let source = Source::of(source)?;
             let trace = read_file(ruby, &source, &name)?;
             let header = &trace.header;
-            for (tid, thread) in read_trailer(&source, header) {
+            for (tid, thread) in read_thread_names(&source, header) {
                 names.insert(header.pid, header.pid_namespace, tid, thread);
             }
             traces.push(trace);
@@ -133,14 +134,7 @@ fn dump(ruby: &Ruby, ring: Value, name: String, out: Value) -> Result<(u64, u64,
 /// A failed write as Ruby raises one (an Errno), for the command's
 /// OutputFile to word with the file's name.
 pub fn write_error(ruby: &Ruby, err: std::io::Error) -> Error {
-    let errno = err.raw_os_error().map(|errno| {
-        ruby.exception_system_call_error()
-            .new_instance((ruby.qnil(), errno))
-    });
-    match errno {
-        Some(Ok(exception)) => Error::from(exception),
-        _ => Error::new(ruby.exception_io_error(), err.to_string()),
-    }
+    ruby_glue::errno::ruby_error(ruby, &err)
 }
 
 /// The file a trace file is written to: a descriptor (see `Source::of`).
@@ -159,6 +153,10 @@ pub fn tuple(counts: Counts) -> (u64, u64, u64) {
 }
 
 pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
+    // The format's constants that the gem's Ruby code, its benchmarks and
+    // its specs need, from the format's owner rather than known there.
+    module.const_set("SLOT_SIZE", SLOT_SIZE)?;
+    module.const_set("HEAD_OFFSET", offset::HEAD)?;
     module.define_singleton_method("read", function!(read, 2))?;
     module.define_singleton_method("load", function!(Traces::load, 1))?;
     module.define_singleton_method("dump", function!(dump, 3))?;

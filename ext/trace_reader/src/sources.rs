@@ -3,13 +3,14 @@
 //! reads like a file (`pread`, `size`, `pwrite`: a script's, or a spec's
 //! ring laid out byte by byte).
 
-use magnus::{value::ReprValue, Error, Integer, RString, Ruby, TryConvert, Value};
+use magnus::{value::ReprValue, Error, Integer, RString, Ruby, Value};
+use ruby_glue::errno::io_error;
+use stapsdt::ring::follow::RingSource;
 use stapsdt::ring::scan::ReadAt;
 use std::fs::File;
 use std::io;
 use std::mem::ManuallyDrop;
 use std::os::fd::{FromRawFd, RawFd};
-use trace_report::follow::Ring;
 
 /// A file's descriptor, or an object that reads like a file.
 pub enum Source {
@@ -68,10 +69,10 @@ impl ReadAt for Source {
     }
 }
 
-impl Ring for Source {
+impl RingSource for Source {
     fn write_all_at(&self, bytes: &[u8], offset: u64) -> io::Result<()> {
         match self {
-            Source::File(file) => Ring::write_all_at(&**file, bytes, offset),
+            Source::File(file) => RingSource::write_all_at(&**file, bytes, offset),
             Source::Object(object) => {
                 let ruby = Ruby::get_with(*object);
                 object
@@ -80,18 +81,5 @@ impl Ring for Source {
                     .map_err(io_error)
             }
         }
-    }
-}
-
-/// A Ruby exception as the I/O error it stands for: a SystemCallError's
-/// errno, or its message.
-fn io_error(err: Error) -> io::Error {
-    let errno = err
-        .value()
-        .and_then(|exception| exception.funcall::<_, _, Value>("errno", ()).ok())
-        .and_then(|errno| i32::try_convert(errno).ok());
-    match errno {
-        Some(errno) => io::Error::from_raw_os_error(errno),
-        None => io::Error::other(err.to_string()),
     }
 }

@@ -1,22 +1,19 @@
 //! `StaticTracing::TraceReader::Tally`: a process's ring tallied across
 //! scrapes, for `static-tracing export` and `StaticTracing::Rack::Metrics`
-//! (see `trace_report::tally`). It only reads the ring.
+//! (see `trace_metrics`). It only reads the ring.
 //!
 //! The Rack endpoint runs in an application's worker, whose other threads
 //! serve requests: a scrape of a descriptor (the first one reads whole
 //! rings) runs with the GVL released, on a descriptor of its own, so that
 //! no Ruby thread waits for it, and none can close what it reads.
 
-// The gem's extension releases the GVL the same way: one implementation.
-#[path = "../../static_tracing/src/gvl.rs"]
-mod gvl;
-
 use crate::errors::trace_error;
 use crate::sources::Source;
 use magnus::{function, method, prelude::*, Error, IntoValue, RArray, RModule, Ruby, Value};
+use ruby_glue::gvl;
+use stapsdt::ring::TraceError;
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use trace_report::tally::{self, BUCKETS};
-use trace_report::TraceError;
+use trace_metrics::tally::{self, BUCKETS};
 
 /// A mutex rather than a cell: a scrape runs without the GVL, and another
 /// Ruby thread may call on the same tally meanwhile; it then waits for
@@ -115,7 +112,7 @@ impl Tally {
             .collect();
         let labelled: Vec<(u64, &tally::Tally)> =
             guards.iter().map(|(pid, tally)| (*pid, &**tally)).collect();
-        Ok(tally::exposition(&labelled))
+        Ok(trace_metrics::exposition(&labelled))
     }
 }
 

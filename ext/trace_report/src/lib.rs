@@ -1,18 +1,17 @@
-//! What the `static-tracing` command does with the recorder's files
-//! (docs/recording.md), on the format's one implementation
-//! (`stapsdt::ring`): read trace files and live rings ([`trace`]), follow a
-//! ring as its process writes it ([`follow`]), write trace files
-//! ([`write`]), and make reports of them ([`report`]). The command's Ruby
-//! code checks whose files they are and opens them; it hands them here.
+//! Reports of the recorder's files, as `static-tracing report` makes them
+//! (docs/recording.md): files read whole for them ([`trace`], their
+//! records held compactly in [`records`]), then text, JSON, Chrome, speedscope,
+//! pprof, folded stacks and SVG ([`report`]), with one way to show a
+//! duration ([`report::durations`]) and one histogram-bucket rule
+//! ([`report::histogram`]), which the metrics (`trace_metrics`) share. The
+//! format itself, its reading and writing, is `stapsdt::ring`'s.
 //!
 //! Nothing here knows about Ruby.
 
-pub mod follow;
 pub mod records;
 pub mod report;
-pub mod tally;
 pub mod trace;
-pub mod write;
 
 pub use records::{RecordRef, Records};
-pub use trace::{Trace, TraceError};
+pub use stapsdt::ring::TraceError;
+pub use trace::Trace;

@@ -8,12 +8,11 @@
 //! change.
 
 mod chrome;
-mod durations;
+pub mod durations;
 mod folded;
-mod histogram;
+pub mod histogram;
 mod json;
 mod pprof;
-mod printf;
 mod probe_calls;
 pub mod select;
 mod speedscope;
@@ -155,7 +154,7 @@ pub fn check(traces: &[Trace], format: Format) -> Result<(), ReportError> {
 }
 
 /// Writes the report of `traces` in `format` to `out`, refusing it as
-/// [`check`] does; `names` are their threads' (as [`threads::read_trailer`] finds them).
+/// [`check`] does; `names` are their threads' (as `stapsdt::ring::trace_file::read_thread_names` finds them).
 pub fn write(
     traces: &[Trace],
     names: &ThreadNames,

@@ -2,10 +2,8 @@
 //! records it holds, in sequence order, held compactly ([`Records`]).
 
 use crate::records::Records;
-use stapsdt::ring::scan::{self, Pass, ReadAt, ReadError};
-use stapsdt::ring::{Counters, Header, ProbeEntry};
-use std::fmt;
-use std::io;
+use stapsdt::ring::scan::{self, Pass, ReadAt};
+use stapsdt::ring::{Counters, Header, ProbeEntry, TraceError};
 
 /// A file read: what the reports are made of.
 #[derive(Clone, Debug)]
@@ -18,50 +16,6 @@ pub struct Trace {
     pub probes: Vec<ProbeEntry>,
     /// In sequence order.
     pub records: Records,
-}
-
-/// Why a file could not be read, naming it.
-#[derive(Debug)]
-pub enum TraceError {
-    /// It breaks the format: `name: what, where, expected, found`.
-    Format(String),
-    /// Reading it failed.
-    Io { name: String, err: io::Error },
-}
-
-impl fmt::Display for TraceError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TraceError::Format(message) => f.write_str(message),
-            TraceError::Io { name, err } => write!(f, "cannot read {name}: {}", reason(err)),
-        }
-    }
-}
-
-impl std::error::Error for TraceError {}
-
-/// What went wrong in a system call, in its errno's own words ("No space
-/// left on device"), as the command words every failure.
-pub fn reason(err: &io::Error) -> String {
-    let text = err.to_string();
-    match err.raw_os_error() {
-        Some(code) => text
-            .strip_suffix(&format!(" (os error {code})"))
-            .map_or_else(|| text.clone(), str::to_owned),
-        None => text,
-    }
-}
-
-impl TraceError {
-    pub fn of(name: &str, err: ReadError) -> TraceError {
-        match err {
-            ReadError::Format(err) => TraceError::Format(format!("{name}: {}", err.message())),
-            ReadError::Io(err) => TraceError::Io {
-                name: name.to_owned(),
-                err,
-            },
-        }
-    }
 }
 
 impl Trace {
@@ -108,5 +62,23 @@ impl Trace {
     pub fn wall_time_ns(&self, monotonic_ns: u64) -> i64 {
         let since = monotonic_ns as i128 - i128::from(self.header.anchor_monotonic_ns);
         (i128::from(self.header.anchor_realtime_ns) + since) as i64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_that_breaks_the_format_is_named_in_the_error() {
+        let mut bytes = vec![0; 8192];
+        bytes[..9].copy_from_slice(b"NOTATRACE");
+        let err = Trace::read(&bytes[..], "broken.trace")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("broken.trace: not a static_tracing ring or trace file"),
+            "{err}"
+        );
     }
 }

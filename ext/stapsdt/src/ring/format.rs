@@ -198,6 +198,64 @@ pub const fn widen(seq: u64, head: u64) -> u64 {
     }
 }
 
+// Slots.
+
+/// A slot's 32 bytes, read as the format lays them out: word 0 is the
+/// stamp; in a record's first slot word 1 is its time, word 2 its probe id
+/// (low half) and thread id (high half), and word 3 the first
+/// `FIRST_PAYLOAD` bytes of its payload; a later slot's words 1 to 3 are
+/// `LATER_PAYLOAD` bytes of payload. Every reader of slots reads them
+/// through here, not by offset.
+#[derive(Clone, Copy, Debug)]
+pub struct Slot<'a>(&'a [u8]);
+
+impl<'a> Slot<'a> {
+    /// The slot at the start of `bytes`, which hold at least `SLOT_SIZE`.
+    pub fn at(bytes: &'a [u8]) -> Slot<'a> {
+        Slot(&bytes[..SLOT_SIZE as usize])
+    }
+
+    fn word(&self, index: usize) -> u64 {
+        u64::from_le_bytes(self.0[8 * index..8 * index + 8].try_into().unwrap())
+    }
+
+    pub fn stamp(&self) -> u64 {
+        self.word(0)
+    }
+
+    /// A first slot's count of slots of its record (0 in a broken stamp).
+    pub fn slots(&self) -> u64 {
+        self.stamp() & INDEX_MASK
+    }
+
+    pub fn time_ns(&self) -> u64 {
+        self.word(1)
+    }
+
+    pub fn probe(&self) -> u32 {
+        self.word(2) as u32
+    }
+
+    pub fn tid(&self) -> u32 {
+        (self.word(2) >> 32) as u32
+    }
+
+    /// The payload bytes a record's first slot holds.
+    pub fn first_payload(&self) -> &'a [u8] {
+        &self.0[SLOT_SIZE as usize - FIRST_PAYLOAD..]
+    }
+
+    /// The payload bytes a record's later slot holds.
+    pub fn later_payload(&self) -> &'a [u8] {
+        &self.0[SLOT_SIZE as usize - LATER_PAYLOAD..]
+    }
+
+    /// The slot's bytes after its stamp: what a copy renumbering records keeps.
+    pub fn after_stamp(&self) -> &'a [u8] {
+        &self.0[8..]
+    }
+}
+
 // Payloads.
 
 /// Payload bytes in a record's first slot, and in each later one.

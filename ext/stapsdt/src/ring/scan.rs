@@ -10,11 +10,11 @@
 //! in passes A (stamps), B (slots) and C (stamps), as docs/recording.md
 //! says. A record written after the cut is neither read nor counted lost.
 
+use super::checks::{self, FormatError, Record, Slots, Trace};
 use super::format::ProbeEntry;
 use super::format::{
     offset, Counters, Header, HEADER_SIZE, INDEX_MASK, MAX_RECORD_SLOTS, SLOT_SIZE, TABLE_OFFSET,
 };
-use super::reader::{self, FormatError, Record, Slots, Trace};
 use std::fmt;
 use std::fs::File;
 use std::io;
@@ -112,6 +112,50 @@ impl From<io::Error> for ReadError {
     }
 }
 
+/// Why a file could not be read, naming it as messages do.
+#[derive(Debug)]
+pub enum TraceError {
+    /// It breaks the format: `name: what, where, expected, found`.
+    Format(String),
+    /// Reading (or writing) it failed.
+    Io { name: String, err: io::Error },
+}
+
+impl TraceError {
+    pub fn of(name: &str, err: ReadError) -> TraceError {
+        match err {
+            ReadError::Format(err) => TraceError::Format(format!("{name}: {}", err.message())),
+            ReadError::Io(err) => TraceError::Io {
+                name: name.to_owned(),
+                err,
+            },
+        }
+    }
+}
+
+impl fmt::Display for TraceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TraceError::Format(message) => f.write_str(message),
+            TraceError::Io { name, err } => write!(f, "cannot read {name}: {}", reason(err)),
+        }
+    }
+}
+
+impl std::error::Error for TraceError {}
+
+/// What went wrong in a system call, in its errno's own words ("No space
+/// left on device"), as the command words every failure.
+pub fn reason(err: &io::Error) -> String {
+    let text = err.to_string();
+    match err.raw_os_error() {
+        Some(code) => text
+            .strip_suffix(&format!(" (os error {code})"))
+            .map_or_else(|| text.clone(), str::to_owned),
+        None => text,
+    }
+}
+
 /// How the slots are read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pass {
@@ -162,7 +206,7 @@ pub fn open(source: &(impl ReadAt + ?Sized), pass: Pass) -> Result<Opened, ReadE
     let file_len = source.file_len()?;
     let mut bytes = vec![0; file_len.min(HEADER_SIZE) as usize];
     read_exact_at(source, &mut bytes, 0, file_len)?;
-    let header = reader::header(&bytes, file_len)?;
+    let header = checks::header(&bytes, file_len)?;
     let pass = if header.complete() { Pass::Once } else { pass };
     if pass == Pass::Live {
         // The cut: head (and table_used) read again after records and
@@ -171,10 +215,10 @@ pub fn open(source: &(impl ReadAt + ?Sized), pass: Pass) -> Result<Opened, ReadE
             read_exact_at(source, &mut bytes[at..at + len], at as u64, file_len)?;
         }
     }
-    let counters = reader::counters(&bytes, &header)?;
+    let counters = checks::counters(&bytes, &header)?;
     let mut table = vec![0; counters.table_used as usize];
     read_exact_at(source, &mut table, TABLE_OFFSET, file_len)?;
-    let probes = reader::table(&table)?;
+    let probes = checks::table(&table)?;
     Ok(Opened {
         header,
         counters,

@@ -1,10 +1,9 @@
 //! A consistent copy of a live ring, as a trace file: what a process writes
 //! of its own ring when a trigger fires or its code asks for a dump.
 
-use super::format::{
-    offset, Counters, Header, COMPLETE, FIRST, HEADER_SIZE, MAX_STRING, SLOT_SIZE, TABLE_OFFSET,
-};
-use super::reader::Slots;
+use super::checks::Slots;
+use super::format::{offset, FIRST, MAX_STRING, SLOT_SIZE};
+use super::trace_file::{self, Origin};
 use super::writer::Ring;
 use std::sync::atomic::fence;
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
@@ -92,31 +91,14 @@ impl Ring {
             }
         }
 
-        // The table's length is a multiple of 8, below its capacity.
-        let table_capacity = table_bytes.len() as u64;
-        let header = Header {
-            table_capacity,
-            ring_offset: HEADER_SIZE + table_capacity,
-            slot_count: span,
-            flags: self.config.header().flags | COMPLETE,
-            ..self.config.header()
-        };
-        let mut out = Vec::with_capacity(header.ring_offset as usize + area_len);
-        out.resize(HEADER_SIZE as usize, 0);
-        header.encode(&mut out);
-        Counters {
-            head,
-            // At least the records held: one being written at the cut may
-            // be whole by pass B and counted after the cut was read.
-            records: records.max(held),
+        let origin = Origin {
+            header: &self.config.header(),
+            table: &table_bytes,
+            records_total: records,
             dropped,
-            tail: 0,
-            // The table's capacity bounds it: the cast cannot truncate.
-            table_used: table_capacity as u32,
-        }
-        .encode(&mut out);
-        debug_assert_eq!(out.len() as u64, TABLE_OFFSET);
-        out.extend_from_slice(&table_bytes);
+        };
+        let mut out = trace_file::prefix(&origin, span, head, held);
+        out.reserve_exact(area_len);
         out.extend_from_slice(&area);
         out
     }

@@ -6,9 +6,9 @@
 use super::errors::{recorder_error, type_error};
 use super::receiver::receiver;
 use super::tracepoint::Tracepoint;
-use crate::gvl::without_gvl;
 use crate::recording::{self, NO_TRIGGER};
 use magnus::{Error, Ruby, Value};
+use ruby_glue::gvl::without_gvl;
 use stapsdt::ring::format::entry_size;
 use stapsdt::ring::RingConfig;
 use std::io;

@@ -1,41 +1,48 @@
-//! Nanoseconds shown as people read them ("1.5us", "250ms"), by the rules
-//! of the gem's `StaticTracing::Durations.format`: the recorder's warnings
-//! and the `latency` command show durations with that, and a report must
-//! show the same duration the same way.
-
-use super::printf;
+//! Nanoseconds shown as people read them ("1.5us", "250ms"), in integer
+//! arithmetic: the one rule of the reports, which the gem's Ruby side
+//! (`StaticTracing::Durations.format`: the recorder's warnings, `latency`)
+//! follows too, held equal to this by spec/contracts_spec.rb.
 
 /// Largest first: a duration takes the largest unit it is at least
-/// [`ROUNDS_TO_ONE`] of.
-const SHOWN: [(&str, f64); 3] = [("s", 1e9), ("ms", 1e6), ("us", 1e3)];
-
-/// The least fraction of a unit that three significant digits round to 1:
-/// 999.9ms shows as 1s, not 1000ms.
-const ROUNDS_TO_ONE: f64 = 0.9995;
+/// 0.9995 of (three significant digits round that to 1: 999.9ms shows as
+/// 1s, not 1000ms).
+const SHOWN: [(&str, u128); 3] = [("s", 1_000_000_000), ("ms", 1_000_000), ("us", 1_000)];
 
 /// `nanoseconds` in the largest unit that shows them as 1 or more, with
 /// three significant digits: 999ns, 1.5us, 1s.
 pub fn format(nanoseconds: i128) -> String {
-    // Exact below 2^53; past it every threshold is far below anyway.
-    let magnitude = nanoseconds.unsigned_abs() as f64;
+    let magnitude = nanoseconds.unsigned_abs();
     let (unit, scale) = SHOWN
         .into_iter()
-        .find(|&(_, size)| magnitude >= size * ROUNDS_TO_ONE)
-        .unwrap_or(("ns", 1.0));
-    format!("{}{unit}", number(nanoseconds as f64 / scale, 3))
+        .find(|&(_, size)| {
+            magnitude
+                .checked_mul(10_000)
+                .is_none_or(|scaled| scaled >= size * 9_995)
+        })
+        .unwrap_or(("ns", 1));
+    let sign = if nanoseconds < 0 { "-" } else { "" };
+    format!("{sign}{}{unit}", decimal(magnitude, scale, 3))
 }
 
-/// `value` with up to `digits` significant digits (more when its whole
-/// part has more), no trailing zeros: 1.02, 16.4, 131.
-pub fn number(value: f64, digits: usize) -> String {
-    let whole_digits = format!("{:.0}", value.abs().floor()).len();
+/// `numerator / denominator` with up to `digits` significant digits (more
+/// when its whole part has more), rounded half to even, without trailing
+/// zeros: 1.02, 16.4, 131.
+fn decimal(numerator: u128, denominator: u128, digits: usize) -> String {
+    let whole_digits = (numerator / denominator).to_string().len();
     let decimals = digits.saturating_sub(whole_digits);
-    let text = printf::fixed(value, decimals);
-    if text.contains('.') {
-        let trimmed = text.trim_end_matches('0');
-        trimmed.strip_suffix('.').unwrap_or(trimmed).to_owned()
+    // Decimals only below 100 units: the product cannot overflow.
+    let scaled = numerator * 10u128.pow(decimals as u32);
+    let (mut kept, rest) = (scaled / denominator, scaled % denominator);
+    if 2 * rest > denominator || (2 * rest == denominator && kept % 2 == 1) {
+        kept += 1;
+    }
+    let text = format!("{kept:0>width$}", width = decimals + 1);
+    let (whole, fraction) = text.split_at(text.len() - decimals);
+    let fraction = fraction.trim_end_matches('0');
+    if fraction.is_empty() {
+        whole.to_owned()
     } else {
-        text
+        format!("{whole}.{fraction}")
     }
 }
 
@@ -80,8 +87,8 @@ mod tests {
             (10i128.pow(30), "1000000000000000000000s"),
             (-(10i128.pow(30)), "-1000000000000000000000s"),
             (1234567, "1.23ms"),
-            // Ruby's printf rounds these up, though in binary they are
-            // below halfway.
+            // Halfway in decimal: to the even last digit, as Ruby's printf
+            // rounded these.
             (9995, "10us"),
             (2675, "2.68us"),
             (8995, "9us"),
@@ -93,23 +100,30 @@ mod tests {
     }
 
     #[test]
-    fn numbers_as_the_gems_durations_do() {
-        // What `StaticTracing::Durations.number` returned for each value.
-        let ruby: [(f64, &str); 11] = [
-            (0.0, "0"),
-            (1.02, "1.02"),
-            (16.4, "16.4"),
-            (131.0, "131"),
-            (0.0005, "0"),
-            (12.3456, "12.3"),
-            (-0.5, "-0.5"),
-            (1.0e+20, "100000000000000000000"),
-            (99.95, "100"),
-            (9.995, "10"),
-            (0.9995, "1"),
+    fn numbers_have_three_significant_digits_rounded_half_to_even() {
+        // What `StaticTracing::Durations.number` returned for each value,
+        // given here as a fraction.
+        let shown: [((u128, u128), &str); 12] = [
+            ((0, 1), "0"),
+            ((102, 100), "1.02"),
+            ((164, 10), "16.4"),
+            ((131, 1), "131"),
+            ((5, 10_000), "0"),
+            ((123_456, 10_000), "12.3"),
+            ((5, 10), "0.5"),
+            ((10u128.pow(20), 1), "100000000000000000000"),
+            ((9995, 100), "100"),
+            ((9995, 1000), "10"),
+            ((9995, 10_000), "1"),
+            // Halfway: to the even last digit.
+            ((1125, 1000), "1.12"),
         ];
-        for (value, shown) in ruby {
-            assert_eq!(number(value, 3), shown, "{value}");
+        for ((numerator, denominator), text) in shown {
+            assert_eq!(
+                decimal(numerator, denominator, 3),
+                text,
+                "{numerator}/{denominator}"
+            );
         }
     }
 }

@@ -18,6 +18,19 @@ pub struct Bucket {
     pub count: u64,
 }
 
+/// The bucket of a duration: the one rule of the reports' histograms and
+/// the metrics' (`trace_metrics`), bpftrace's `hist()` of `arg0 / 1000`:
+/// `-1` for "< 0", `0` for [0], and `k` for [2^(k-1), 2^k), the bit length
+/// of its whole microseconds (truncated toward zero, as C divides).
+pub fn bucket_bits(nanoseconds: i64) -> i32 {
+    let micros = nanoseconds / 1000;
+    if micros < 0 {
+        -1
+    } else {
+        (64 - micros.leading_zeros()) as i32
+    }
+}
+
 /// bpftrace's `hist()` buckets of `arg0 / 1000` for `latencies` (ns, in
 /// any order), from the lowest bucket counted to the highest, the empty
 /// ones between. `arg0 / 1000` truncates toward zero, so "< 0" ends at
@@ -27,13 +40,7 @@ pub fn latency_buckets(latencies: &[i64]) -> Vec<Bucket> {
     // By bits + 1: "< 0", [0], then bit lengths 1 to 63.
     let mut counts = [0u64; 65];
     for &ns in latencies {
-        let micros = ns / 1000;
-        let index = if micros < 0 {
-            0
-        } else {
-            65 - micros.leading_zeros() as usize
-        };
-        counts[index] += 1;
+        counts[(bucket_bits(ns) + 1) as usize] += 1;
     }
     let Some(first) = counts.iter().position(|&count| count > 0) else {
         return Vec::new();

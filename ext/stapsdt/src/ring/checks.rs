@@ -8,11 +8,10 @@
 //! allocations stay within a small multiple of the input's length.
 
 use super::format::{
-    self, decode_entry, decode_stamp, hex, offset, Counters, Header, Stamp, COMPLETE,
-    FIRST_PAYLOAD, HEADER_SIZE, INDEX_MASK, LATER_PAYLOAD, MAGIC, OVERWRITE, PAGE, SLOT_SIZE,
-    STRING_LENGTH, TABLE_OFFSET, VERSION,
+    self, decode_entry, decode_stamp, hex, offset, Counters, Header, Stamp, COMPLETE, HEADER_SIZE,
+    INDEX_MASK, MAGIC, OVERWRITE, PAGE, SLOT_SIZE, STRING_LENGTH, TABLE_OFFSET, VERSION,
 };
-use super::format::{ProbeEntry, Value};
+use super::format::{ProbeEntry, Slot, Value};
 use crate::probe::ArgType;
 use std::fmt;
 
@@ -349,14 +348,10 @@ impl Slots<'_> {
             .map_or(0, |start| u64_at(self.area, start))
     }
 
-    /// A word of a slot whose stamp was read: in the area.
-    fn word(&self, position: u64, word: usize) -> u64 {
-        u64_at(self.slot_bytes(position), 8 * word)
-    }
-
-    fn slot_bytes(&self, position: u64) -> &[u8] {
+    /// A slot whose stamp was read: in the area.
+    fn slot(&self, position: u64) -> Slot<'_> {
         let start = self.at(position).unwrap_or(self.area.len());
-        &self.area[start..start + SLOT_SIZE as usize]
+        Slot::at(&self.area[start..])
     }
 
     /// The position of the `index`th slot from the oldest.
@@ -440,13 +435,13 @@ impl Slots<'_> {
     }
 
     fn record(&self, found: &Found, args: Vec<Value>) -> Record {
-        let probe_and_tid = self.word(found.position, 2);
+        let first = self.slot(found.position);
         Record {
             seq: found.seq,
             slots: found.slots,
-            time_ns: self.word(found.position, 1),
-            probe: probe_and_tid as u32,
-            tid: (probe_and_tid >> 32) as u32,
+            time_ns: first.time_ns(),
+            probe: first.probe(),
+            tid: first.tid(),
             args,
         }
     }
@@ -594,7 +589,7 @@ impl Slots<'_> {
                 found,
             )
         };
-        let probe_id = self.word(position, 2) as u32;
+        let probe_id = self.slot(position).probe();
         let Some(probe) = self.probes.get(probe_id as usize) else {
             return Err(error(
                 "probe id".to_owned(),
@@ -603,11 +598,10 @@ impl Slots<'_> {
             ));
         };
         payload.clear();
-        payload.extend_from_slice(&self.slot_bytes(position)[SLOT_SIZE as usize - FIRST_PAYLOAD..]);
+        payload.extend_from_slice(self.slot(position).first_payload());
         for slot in 1..slots {
             let later = (position + slot) % self.slot_count;
-            payload
-                .extend_from_slice(&self.slot_bytes(later)[SLOT_SIZE as usize - LATER_PAYLOAD..]);
+            payload.extend_from_slice(self.slot(later).later_payload());
         }
         // The end of arguments that hold no String is known from the
         // types alone: the slots must hold them, and nothing after them.

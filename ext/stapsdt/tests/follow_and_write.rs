@@ -1,6 +1,8 @@
 //! A ring followed through its file, as `record` follows one, and dumped,
 //! as `dump` does; what they write read back.
 
+use stapsdt::ring::follow::{dump, Follower};
+use stapsdt::ring::Trace;
 use stapsdt::ring::{parse, Arg, Ring, RingConfig, Value};
 use stapsdt::ArgType;
 use std::fs::{File, OpenOptions};
@@ -9,8 +11,6 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
-use trace_report::follow::{dump, Follower};
-use trace_report::Trace;
 
 /// A ring in zeroed, 8-aligned memory, and a file its bytes are copied to.
 struct Fixture {
@@ -39,7 +39,8 @@ impl Fixture {
         // outlives `ring` (see the fields' order; a box's memory does not
         // move) and is accessed only through atomics.
         let ring = unsafe { Ring::create(words.as_ptr().cast_mut().cast(), &config) }.unwrap();
-        let path = std::env::temp_dir().join(format!("trace_report-{name}-{}", std::process::id()));
+        let path =
+            std::env::temp_dir().join(format!("stapsdt-follow-{name}-{}", std::process::id()));
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -81,7 +82,7 @@ fn values(trace: &Trace) -> Vec<Vec<Value>> {
     trace
         .records
         .iter()
-        .map(|record| record.to_record().args)
+        .map(|record| record.args.clone())
         .collect()
 }
 
@@ -152,7 +153,7 @@ fn a_dump_holds_the_records_of_the_cut_sized_to_them() {
     let counts = dump(&fixture.file, "ring", &mut out).unwrap();
     assert_eq!((counts.records, counts.lost), (5, 0));
     assert!(out.len() < 8192, "{} bytes for 5 records", out.len());
-    let trace = Trace::read(&out[..], "dump").unwrap();
+    let trace = parse(&out).unwrap();
     assert_eq!(
         values(&trace),
         (0..5)
@@ -168,9 +169,9 @@ fn a_dump_holds_the_records_of_the_cut_sized_to_them() {
     let mut out = Vec::new();
     let counts = dump(&fixture.file, "ring", &mut out).unwrap();
     assert_eq!((counts.records, counts.lost), (1 << 12, 10_000 - (1 << 12)));
-    let trace = Trace::read(&out[..], "dump").unwrap();
-    let last = trace.records.iter().last().unwrap();
-    assert_eq!(last.to_record().args, [Value::Int(9_999)]);
+    let trace = parse(&out).unwrap();
+    let last = trace.records.last().unwrap();
+    assert_eq!(last.args, [Value::Int(9_999)]);
     assert_eq!(trace.lost(), 10_000 - (1 << 12));
     let _ = std::io::sink().write_all(&out);
 }
@@ -179,8 +180,9 @@ fn a_dump_holds_the_records_of_the_cut_sized_to_them() {
 fn a_file_that_breaks_the_format_is_named_in_the_error() {
     let fixture = Fixture::new("broken", 16, true);
     fixture.file.write_all_at(b"NOTATRACE", 0).unwrap();
-    let err = Trace::read(&fixture.file, "broken.trace")
-        .unwrap_err()
+    let err = Follower::new(&fixture.file, "broken.trace")
+        .err()
+        .unwrap()
         .to_string();
     assert!(
         err.starts_with("broken.trace: not a static_tracing ring or trace file"),

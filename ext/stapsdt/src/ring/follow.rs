@@ -1,33 +1,31 @@
 //! Following a live ring as its process writes it (`static-tracing
 //! record`), and reading one at a cut (`dump`): what is read is held as
-//! the bytes of its records' slots, for the trace file written of them.
+//! the bytes of its records' slots, for the trace file written of them
+//! ([`trace_file::write`]).
 //!
-//! A follower keeps a position, the sequence number of the next slot to
-//! read, from the ring's `tail`. A poll advances it only through records
-//! committed one after another, so that a record being written is taken by
-//! a later poll, whole; without overwrite it then stores the position in
-//! `tail`, which lets the writer reuse the slots before it. In flight mode
-//! (overwrite) the writer does not wait: what it overwrote before a poll
-//! is lost.
+//! A follower moves a [`Cursor`] from the ring's `tail`; without
+//! overwrite it then stores the cursor's position in `tail`, which lets
+//! the writer reuse the slots before it. In flight mode (overwrite) the
+//! writer does not wait: what it overwrote before a read is lost.
 
-use crate::records::Records;
-use crate::report::threads::live_names;
-use crate::trace::TraceError;
-use crate::write::{write_trace, Held, Origin};
-use stapsdt::ring::format::{offset, Counters, Header};
-use stapsdt::ring::scan::{self, Opened, Pass, ReadAt};
-use stapsdt::ring::ProbeEntry;
+use super::cursor::Cursor;
+use super::format::{offset, Header, ProbeEntry, Slot, Value, SLOT_SIZE, STAMP_SHIFT};
+use super::live_threads::live_names;
+use super::scan::{self, Opened, Pass, ReadAt, TraceError};
+use super::trace_file::{self, Held, Origin};
+use super::Record;
+use crate::probe::ArgType;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 
 /// Where a ring followed is: read, and written to for its `tail`.
-pub trait Ring: ReadAt {
+pub trait RingSource: ReadAt {
     fn write_all_at(&self, bytes: &[u8], offset: u64) -> io::Result<()>;
 }
 
-impl Ring for File {
+impl RingSource for File {
     fn write_all_at(&self, bytes: &[u8], offset: u64) -> io::Result<()> {
         FileExt::write_all_at(self, bytes, offset)
     }
@@ -37,7 +35,7 @@ impl Ring for File {
 pub struct Follower {
     name: String,
     opened: Opened,
-    position: u64,
+    cursor: Cursor,
     held: Held,
     /// The names of the threads of the records held, read while the
     /// process runs: its threads' ids alone say little once it is gone.
@@ -61,11 +59,11 @@ pub struct Counts {
 impl Follower {
     /// Starts following the ring `file` (opened for reading and writing),
     /// named `name` in messages, from its `tail`.
-    pub fn new(file: &(impl Ring + ?Sized), name: &str) -> Result<Follower, TraceError> {
+    pub fn new(file: &(impl RingSource + ?Sized), name: &str) -> Result<Follower, TraceError> {
         let opened = open(file, name)?;
         Ok(Follower {
             name: name.to_owned(),
-            position: opened.counters.tail,
+            cursor: Cursor::at(opened.counters.tail),
             opened,
             held: Held::default(),
             thread_names: BTreeMap::new(),
@@ -74,50 +72,46 @@ impl Follower {
     }
 
     /// Reads the records committed since the last poll; returns how many.
-    pub fn poll(&mut self, file: &(impl Ring + ?Sized)) -> Result<u64, TraceError> {
-        self.opened = open(file, &self.name)?;
-        let before = self.held.records();
-        let before_bytes = self.held.len();
-        let held = &mut self.held;
-        self.position = self
-            .opened
-            .follow(file, self.position, |_, slots| held.push(slots))
-            .map_err(|err| TraceError::of(&self.name, err))?;
-        self.store_tail(file)?;
-        self.name_threads(before_bytes);
-        Ok(self.held.records() - before)
+    pub fn poll(&mut self, file: &(impl RingSource + ?Sized)) -> Result<u64, TraceError> {
+        self.read(file, |cursor, opened, held| {
+            cursor.follow(opened, file, |_, slots| held.push(slots))
+        })
     }
 
     /// Reads every record still whole from the position on, whether or not
     /// the ones before it were committed: the last read (the process
     /// exited, or the recording stopped). What could not be read is lost.
-    pub fn finish(&mut self, file: &(impl Ring + ?Sized)) -> Result<u64, TraceError> {
+    pub fn finish(&mut self, file: &(impl RingSource + ?Sized)) -> Result<u64, TraceError> {
+        self.read(file, |cursor, opened, held| {
+            cursor.read_rest(opened, file, |_, slots| held.push(slots))
+        })
+    }
+
+    /// A read: what it found held, the cursor moved, the position stored,
+    /// the threads named; a read that fails holds nothing it found.
+    fn read(
+        &mut self,
+        file: &(impl RingSource + ?Sized),
+        read: impl FnOnce(&mut Cursor, &Opened, &mut Held) -> Result<u64, scan::ReadError>,
+    ) -> Result<u64, TraceError> {
         self.opened = open(file, &self.name)?;
-        let (slot_count, head) = (self.opened.header.slot_count, self.opened.counters.head);
-        let from = self.position.max(head.saturating_sub(slot_count));
-        let before = self.held.records();
-        let before_bytes = self.held.len();
-        let (held, position) = (&mut self.held, self.position);
-        self.opened
-            .scan(file, from + slot_count - head, |record, slots| {
-                if record.seq >= position {
-                    held.push(slots);
-                }
-            })
-            .map_err(|err| TraceError::of(&self.name, err))?;
-        self.position = self.position.max(head);
+        let (bytes, records) = (self.held.len(), self.held.records());
+        let found = read(&mut self.cursor, &self.opened, &mut self.held).map_err(|err| {
+            self.held.truncate(bytes, records);
+            TraceError::of(&self.name, err)
+        })?;
         self.store_tail(file)?;
-        self.name_threads(before_bytes);
-        Ok(self.held.records() - before)
+        self.name_threads(bytes);
+        Ok(found)
     }
 
     pub fn counts(&self) -> Counts {
-        counts(&self.opened.counters, self.held.records())
+        counts(&self.cursor)
     }
 
     /// The sequence number of the next slot to read.
     pub fn position(&self) -> u64 {
-        self.position
+        self.cursor.position
     }
 
     pub fn header(&self) -> &Header {
@@ -130,8 +124,7 @@ impl Follower {
 
     /// Writes what was read as a trace file.
     pub fn write(&self, out: &mut impl Write) -> io::Result<()> {
-        let origin = origin(&self.opened, &self.held, &self.thread_names);
-        write_trace(out, origin, &self.held)
+        write(out, &self.opened, &self.held, &self.thread_names)
     }
 
     /// The names of the threads known so far, by id.
@@ -162,31 +155,68 @@ impl Follower {
     }
 
     /// The records held after the first `bytes` bytes of them (see
-    /// [`Held::len`]), read back.
-    pub fn records_after(&self, bytes: usize) -> Result<Records, TraceError> {
-        let after = self.held.after(bytes);
-        let mut file = Vec::new();
-        let no_names = BTreeMap::new();
-        write_trace(&mut file, origin(&self.opened, &after, &no_names), &after).map_err(|err| {
-            TraceError::Io {
-                name: self.name.clone(),
-                err,
-            }
-        })?;
-        crate::Trace::read(&file[..], &self.name).map(|trace| trace.records)
+    /// [`Held::len`]), decoded.
+    pub fn records_after(&self, bytes: usize) -> Vec<Record> {
+        self.held
+            .records_after(bytes)
+            .map(|slots| decode(slots, &self.opened.probes))
+            .collect()
     }
 
     /// Nothing is stored in a trace file or a flight ring: no writer waits.
-    fn store_tail(&self, file: &(impl Ring + ?Sized)) -> Result<(), TraceError> {
+    fn store_tail(&self, file: &(impl RingSource + ?Sized)) -> Result<(), TraceError> {
         let header = &self.opened.header;
-        if header.overwrite() || header.complete() || self.position == self.opened.counters.tail {
+        let position = self.cursor.position;
+        if header.overwrite() || header.complete() || position == self.opened.counters.tail {
             return Ok(());
         }
-        file.write_all_at(&self.position.to_le_bytes(), offset::TAIL as u64)
+        file.write_all_at(&position.to_le_bytes(), offset::TAIL as u64)
             .map_err(|err| TraceError::Io {
                 name: self.name.clone(),
                 err: io::Error::new(err.kind(), format!("cannot store the read position: {err}")),
             })
+    }
+}
+
+/// A record held, decoded: its slots were checked when they were read.
+fn decode(slots: &[u8], probes: &[ProbeEntry]) -> Record {
+    let first = Slot::at(slots);
+    let mut payload = first.first_payload().to_vec();
+    for later in slots.chunks_exact(SLOT_SIZE as usize).skip(1) {
+        payload.extend_from_slice(Slot::at(later).later_payload());
+    }
+    let types = probes
+        .get(first.probe() as usize)
+        .map_or(&[][..], |probe| &probe.types[..]);
+    let mut at = 0;
+    let mut take = |len: usize| {
+        let bytes = payload.get(at..at + len).unwrap_or_default().to_vec();
+        at += len;
+        bytes
+    };
+    let args = types
+        .iter()
+        .map(|arg| {
+            let word = |bytes: Vec<u8>| bytes.try_into().unwrap_or([0; 8]);
+            match arg {
+                ArgType::Int64 => Value::Int(i64::from_le_bytes(word(take(8)))),
+                ArgType::Float64 => Value::Float(f64::from_le_bytes(word(take(8)))),
+                ArgType::String => {
+                    let len = take(2);
+                    let len = u16::from_le_bytes([len[0], len[1]]);
+                    Value::Str(take(usize::from(len)))
+                }
+            }
+        })
+        .collect();
+    Record {
+        // The 48 bits of the stamp: exact below 2^48 records.
+        seq: first.stamp() >> STAMP_SHIFT,
+        slots: first.slots(),
+        time_ns: first.time_ns(),
+        probe: first.probe(),
+        tid: first.tid(),
+        args,
     }
 }
 
@@ -198,15 +228,16 @@ pub fn dump(
     out: &mut impl Write,
 ) -> Result<Counts, DumpError> {
     let opened = open(ring, name)?;
+    let mut cursor = Cursor::default();
     let mut held = Held::default();
-    opened
-        .scan(ring, 0, |_, slots| held.push(slots))
+    cursor
+        .read_rest(&opened, ring, |_, slots| held.push(slots))
         .map_err(|err| TraceError::of(name, err))?;
     let thread_names = live_names(&opened.header, &held.threads_after(0), &mut None)
         .into_iter()
         .collect();
-    write_trace(out, origin(&opened, &held, &thread_names), &held).map_err(DumpError::Write)?;
-    Ok(counts(&opened.counters, held.records()))
+    write(out, &opened, &held, &thread_names).map_err(DumpError::Write)?;
+    Ok(counts(&cursor))
 }
 
 /// Why a dump failed: reading the ring, or writing the trace file.
@@ -226,27 +257,26 @@ fn open(file: &(impl ReadAt + ?Sized), name: &str) -> Result<Opened, TraceError>
     scan::open(file, Pass::Live).map_err(|err| TraceError::of(name, err))
 }
 
-fn counts(counters: &Counters, records: u64) -> Counts {
-    // A record may be whole by the time its slots are read and counted in
-    // `records` only after the cut: read, not lost.
-    let unread = counters.records.saturating_sub(records);
+fn counts(cursor: &Cursor) -> Counts {
     Counts {
-        records,
-        lost: counters.dropped + unread,
-        dropped: counters.dropped,
+        records: cursor.read,
+        lost: cursor.lost.total(),
+        dropped: cursor.lost.dropped,
     }
 }
 
-fn origin<'a>(
-    opened: &'a Opened,
+fn write(
+    out: &mut impl Write,
+    opened: &Opened,
     held: &Held,
-    thread_names: &'a BTreeMap<u32, String>,
-) -> Origin<'a> {
-    Origin {
+    thread_names: &BTreeMap<u32, String>,
+) -> io::Result<()> {
+    let table = trace_file::encode_table(&opened.probes)?;
+    let origin = Origin {
         header: &opened.header,
-        probes: &opened.probes,
-        records_total: opened.counters.records.max(held.records()),
+        table: &table,
+        records_total: opened.counters.records,
         dropped: opened.counters.dropped,
-        thread_names,
-    }
+    };
+    trace_file::write(out, &origin, held, thread_names)
 }

@@ -1,0 +1,15 @@
+//! Live metrics of the recorder's rings, for `static-tracing export` and
+//! `StaticTracing::Rack::Metrics` (docs/fleet.md): a [`Tally`] of each
+//! ring across scrapes, moved by the ring's one cursor
+//! (`stapsdt::ring::cursor`), with its durations in the reports' buckets,
+//! and the Prometheus text format of tallies ([`exposition`]).
+//!
+//! Nothing here knows about Ruby.
+
+pub mod exposition;
+pub mod tally;
+
+pub use exposition::exposition;
+pub use tally::{Histogram, ProbeTally, Tally, BUCKETS};
+#[cfg(test)]
+mod testing;

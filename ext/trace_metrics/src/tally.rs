@@ -1,0 +1,524 @@
+//! A process's ring tallied across scrapes, for `static-tracing export`
+//! and the Rack endpoint (docs/fleet.md): per probe, the calls read and,
+//! for a latency probe, a histogram of their durations in the report's
+//! power-of-two buckets (`trace_report::report::histogram`'s rule); and
+//! the records lost.
+//!
+//! Each scrape reads the ring at a cut and moves the ring's [`Cursor`]
+//! (`stapsdt::ring::cursor`, which says what is read once and what is
+//! lost): a record is counted once, by the scrape that first finds it
+//! whole. A tally never writes the file (it only has a [`ReadAt`]):
+//! without overwrite the writer is not let reuse what was read, and the
+//! process is asked for nothing. Many readers can tally one ring at once.
+//! A record still not whole where the previous scrape stopped, a
+//! [`Tally::with_grace`] later, was given up (or its writer stalled): the
+//! scrape then takes every whole record from there to the cut, and what
+//! it passes over counts as lost.
+//!
+//! What a tally keeps (the cursor, the counts and buckets) is plain
+//! numbers, kept here per answering process.
+
+use stapsdt::ring::format::{Header, OVERWRITE};
+use stapsdt::ring::scan::{self, Pass, ReadAt};
+use stapsdt::ring::{Cursor, Lost, ProbeEntry, Record, TraceError, Value};
+use std::collections::HashMap;
+use std::time::Duration;
+use trace_report::report::histogram::bucket_bits;
+
+/// Finite histogram buckets: durations below 1us, 2us, 4us... up to
+/// 2^25us (33.6s); longer ones count in `+Inf` only. The bounds of
+/// bpftrace's `hist()` of microseconds, which the text report prints: a
+/// bucket here holds the report's bucket of the same upper bound and
+/// those below it.
+pub const BUCKETS: usize = 26;
+
+/// How long a record may stay not whole where a scrape stopped before the
+/// next scrape passes it over.
+pub const GRACE: Duration = Duration::from_secs(1);
+
+/// Durations in power-of-two buckets, as Prometheus keeps a histogram.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Histogram {
+    /// Calls in each bucket alone (not cumulative): bucket `k` holds the
+    /// durations below `2^k` microseconds that bucket `k - 1` does not.
+    pub buckets: [u64; BUCKETS],
+    pub count: u64,
+    pub sum_ns: i128,
+}
+
+impl Histogram {
+    pub fn observe(&mut self, nanoseconds: i64) {
+        if let Some(bucket) = bucket_of(nanoseconds) {
+            self.buckets[bucket] += 1;
+        }
+        self.count += 1;
+        self.sum_ns += i128::from(nanoseconds);
+    }
+
+    fn add(&mut self, other: &Histogram) {
+        for (mine, theirs) in self.buckets.iter_mut().zip(&other.buckets) {
+            *mine += theirs;
+        }
+        self.count += other.count;
+        self.sum_ns += other.sum_ns;
+    }
+}
+
+/// The bucket of a duration, as the report buckets it (everything below
+/// 1us, negative durations too, in bucket 0); None past the last bound.
+pub fn bucket_of(nanoseconds: i64) -> Option<usize> {
+    let bits = bucket_bits(nanoseconds).max(0) as usize;
+    (bits < BUCKETS).then_some(bits)
+}
+
+/// A bucket's upper bound, in microseconds.
+pub fn bucket_bound_micros(bucket: usize) -> u64 {
+    1 << bucket
+}
+
+/// One probe's figures, summed over every ring the tally read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeTally {
+    pub provider: String,
+    pub name: String,
+    pub calls: u64,
+    /// For a latency probe.
+    pub latency: Option<Histogram>,
+}
+
+/// What tells one ring from the next the process makes at the same path
+/// (it stopped recording and started again): when it was made, and how.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Identity {
+    anchor_monotonic_ns: u64,
+    anchor_realtime_ns: i64,
+    slot_count: u64,
+    overwrite: bool,
+    pid: u64,
+}
+
+impl Identity {
+    fn of(header: &Header) -> Identity {
+        Identity {
+            anchor_monotonic_ns: header.anchor_monotonic_ns,
+            anchor_realtime_ns: header.anchor_realtime_ns,
+            slot_count: header.slot_count,
+            overwrite: header.flags & OVERWRITE != 0,
+            pid: header.pid,
+        }
+    }
+}
+
+/// The ring the tally reads now, and where it is in it.
+#[derive(Debug)]
+struct RingRead {
+    identity: Identity,
+    cursor: Cursor,
+    /// Each probe id's index in `Tally::probes`.
+    probes: Vec<usize>,
+}
+
+/// Calls and durations found by one scrape, by probe id: added to the
+/// tally only once the scrape has read its ring without error, so that a
+/// scrape that fails counts nothing twice.
+#[derive(Default)]
+struct Found {
+    calls: Vec<u64>,
+    latencies: Vec<Option<Histogram>>,
+}
+
+impl Found {
+    fn new(probes: &[ProbeEntry]) -> Found {
+        Found {
+            calls: vec![0; probes.len()],
+            latencies: probes
+                .iter()
+                .map(|probe| probe.latency_arg.map(|_| Histogram::default()))
+                .collect(),
+        }
+    }
+
+    fn take(&mut self, probes: &[ProbeEntry], record: &Record) {
+        let id = record.probe as usize;
+        self.calls[id] += 1;
+        if let (Some(arg), Some(histogram)) = (probes[id].latency_arg, &mut self.latencies[id]) {
+            // The reader checked that a latency argument is an Integer.
+            if let Some(&Value::Int(duration)) = record.args.get(usize::from(arg)) {
+                histogram.observe(duration);
+            }
+        }
+    }
+}
+
+/// A process's ring tallied across scrapes: counters that only grow for
+/// as long as the tally lives, across the rings the process replaces its
+/// ring with.
+#[derive(Debug)]
+pub struct Tally {
+    name: String,
+    grace: Duration,
+    probes: Vec<ProbeTally>,
+    by_label: HashMap<(String, String), usize>,
+    ring: Option<RingRead>,
+    /// Lost in the rings read before the current one.
+    lost_before: Lost,
+}
+
+impl Tally {
+    /// A tally of the ring named `name` in messages, read from its oldest
+    /// record at the first scrape.
+    pub fn new(name: &str) -> Tally {
+        Tally::with_grace(name, GRACE)
+    }
+
+    /// As [`Tally::new`], passing over a record not whole after `grace`.
+    pub fn with_grace(name: &str, grace: Duration) -> Tally {
+        Tally {
+            name: name.to_owned(),
+            grace,
+            probes: Vec::new(),
+            by_label: HashMap::new(),
+            ring: None,
+            lost_before: Lost::default(),
+        }
+    }
+
+    /// Reads the records added to the ring in `source` since the last
+    /// scrape, up to its cut; returns how many. Reads only.
+    pub fn scrape(&mut self, source: &(impl ReadAt + ?Sized)) -> Result<u64, TraceError> {
+        self.scrape_at(source, monotonic_ns())
+    }
+
+    /// [`Tally::scrape`] at `now_ns` on `CLOCK_MONOTONIC`.
+    pub fn scrape_at(
+        &mut self,
+        source: &(impl ReadAt + ?Sized),
+        now_ns: u64,
+    ) -> Result<u64, TraceError> {
+        let opened = scan::open(source, Pass::Live).map_err(|err| self.error(err))?;
+        let identity = Identity::of(&opened.header);
+        if self.ring.as_ref().map(|ring| ring.identity) != Some(identity) {
+            let lost = self
+                .ring
+                .take()
+                .map(|ring| ring.cursor.lost)
+                .unwrap_or_default();
+            self.lost_before = self.lost_before + lost;
+            self.ring = Some(RingRead {
+                identity,
+                cursor: Cursor::default(),
+                probes: Vec::new(),
+            });
+        }
+        let mut ring = self.ring.take().expect("a ring was just set");
+        let mut found = Found::new(&opened.probes);
+        let grace_ns = u64::try_from(self.grace.as_nanos()).unwrap_or(u64::MAX);
+        let read = ring
+            .cursor
+            .follow_within(&opened, source, now_ns, grace_ns, |record, _| {
+                found.take(&opened.probes, &record)
+            });
+        let read = match read {
+            Ok(read) => read,
+            Err(err) => {
+                self.ring = Some(ring);
+                return Err(self.error(err));
+            }
+        };
+        for probe in &opened.probes[ring.probes.len()..] {
+            ring.probes.push(self.probe_index(probe));
+        }
+        for (id, &index) in ring.probes.iter().enumerate().take(found.calls.len()) {
+            let tally = &mut self.probes[index];
+            tally.calls += found.calls[id];
+            if let Some(histogram) = &found.latencies[id] {
+                tally
+                    .latency
+                    .get_or_insert_with(Histogram::default)
+                    .add(histogram);
+            }
+        }
+        self.ring = Some(ring);
+        Ok(read)
+    }
+
+    fn probe_index(&mut self, probe: &ProbeEntry) -> usize {
+        let key = (probe.provider.clone(), probe.name.clone());
+        if let Some(&index) = self.by_label.get(&key) {
+            return index;
+        }
+        self.probes.push(ProbeTally {
+            provider: probe.provider.clone(),
+            name: probe.name.clone(),
+            calls: 0,
+            latency: None,
+        });
+        self.by_label.insert(key, self.probes.len() - 1);
+        self.probes.len() - 1
+    }
+
+    fn error(&self, err: scan::ReadError) -> TraceError {
+        TraceError::of(&self.name, err)
+    }
+
+    /// The ring's name, as messages give it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Every probe seen, in the order the rings' tables first named them.
+    pub fn probes(&self) -> &[ProbeTally] {
+        &self.probes
+    }
+
+    /// Records lost in every ring read so far.
+    pub fn lost(&self) -> Lost {
+        let now = self
+            .ring
+            .as_ref()
+            .map(|ring| ring.cursor.lost)
+            .unwrap_or_default();
+        self.lost_before + now
+    }
+
+    /// The sequence number of the next slot to read in the current ring.
+    pub fn position(&self) -> u64 {
+        self.ring.as_ref().map_or(0, |ring| ring.cursor.position)
+    }
+}
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds: the clock a cursor's times are on.
+fn monotonic_ns() -> u64 {
+    let mut time = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given, which lives
+    // for the call; CLOCK_MONOTONIC is always there on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut time) };
+    time.tv_sec as u64 * 1_000_000_000 + time.tv_nsec as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{calls, owned, LiveRing};
+    use stapsdt::ring::format::first_stamp;
+    use stapsdt::ring::Arg;
+    use std::sync::atomic::Ordering::Relaxed;
+
+    #[test]
+    fn counts_each_call_once_across_scrapes() {
+        let live = LiveRing::new(1024, false);
+        let index = live.latency_probe("index");
+        let query = live.text_probe("query");
+        let mut tally = Tally::new("ring");
+        live.latencies(index, &[500, 1500, 3000]);
+        assert!(live.ring.record(query, 1, 7, &[Arg::Str(&[b'q'; 100])]));
+        assert_eq!(tally.scrape(&live).unwrap(), 4);
+        assert_eq!(tally.scrape(&live).unwrap(), 0);
+        live.latencies(index, &[2_000_000]);
+        let later = live.latency_probe("later");
+        live.latencies(later, &[10]);
+        assert_eq!(tally.scrape(&live).unwrap(), 2);
+
+        assert_eq!(
+            calls(&tally),
+            owned(&[("app:index", 4), ("app:query", 1), ("app:later", 1)])
+        );
+        let histogram = tally.probes()[0].latency.as_ref().unwrap();
+        assert_eq!(histogram.count, 4);
+        assert_eq!(histogram.sum_ns, 500 + 1500 + 3000 + 2_000_000);
+        assert_eq!(tally.probes()[1].latency, None);
+        assert_eq!(tally.lost(), Lost::default());
+        // Nothing written: a ring without overwrite keeps its tail.
+        assert_eq!(live.ring.counters().tail, 0);
+    }
+
+    #[test]
+    fn buckets_durations_as_the_report_does() {
+        let durations: Vec<i64> = vec![
+            -5000,
+            -999,
+            0,
+            999,
+            1000,
+            1999,
+            2000,
+            1_048_575,
+            1_048_576,
+            33_554_431_999,
+            33_554_432_000,
+            i64::MAX,
+        ];
+        let mut histogram = Histogram::default();
+        for &duration in &durations {
+            histogram.observe(duration);
+        }
+        // bpftrace's hist(arg0 / 1000), as the report's test writes it
+        // out: "< 0" and [0] are both below 1us; bucket k, [2^(k-1), 2^k)us,
+        // counts under its upper bound.
+        let mut expected = [0; BUCKETS];
+        for &duration in &durations {
+            let micros = duration / 1000;
+            let bits = if micros < 0 {
+                0
+            } else {
+                (64 - micros.leading_zeros()) as usize
+            };
+            if bits < BUCKETS {
+                expected[bits] += 1;
+            }
+        }
+        assert_eq!(histogram.buckets, expected);
+        assert_eq!(histogram.buckets[0], 4);
+        assert_eq!(histogram.buckets[BUCKETS - 1], 1);
+        assert_eq!(histogram.count, durations.len() as u64);
+    }
+
+    #[test]
+    fn counts_what_a_flight_ring_overwrote_between_scrapes_as_lost_exactly() {
+        let live = LiveRing::new(64, true);
+        let index = live.latency_probe("index");
+        let query = live.text_probe("query");
+        let mut tally = Tally::new("ring");
+        live.latencies(index, &[1000; 10]);
+        assert_eq!(tally.scrape(&live).unwrap(), 10);
+
+        // 200 one-slot records through 64 slots: the oldest 136 are gone.
+        live.latencies(index, &[1000; 200]);
+        assert_eq!(tally.scrape(&live).unwrap(), 64);
+        assert_eq!(calls(&tally), owned(&[("app:index", 74), ("app:query", 0)]));
+        assert_eq!(
+            tally.lost(),
+            Lost {
+                dropped: 0,
+                overwritten: 136
+            }
+        );
+
+        // Records of several slots: what was overwritten is counted from
+        // the records counter, not from the slots passed over.
+        for _ in 0..50 {
+            assert!(live.ring.record(query, 1, 7, &[Arg::Str(&[b'x'; 30])]));
+        }
+        let read = tally.scrape(&live).unwrap();
+        let counters = live.ring.counters();
+        assert_eq!(read, 64 / 2);
+        assert_eq!(tally.lost().overwritten, counters.records - 74 - read);
+        assert_eq!(tally.lost().overwritten, 136 + 50 - 32);
+
+        live.latencies(index, &[1000; 5]);
+        assert_eq!(tally.scrape(&live).unwrap(), 5);
+        assert_eq!(
+            calls(&tally),
+            owned(&[("app:index", 79), ("app:query", 32)])
+        );
+        assert_eq!(tally.lost().overwritten, 154);
+    }
+
+    #[test]
+    fn waits_for_a_record_being_written_and_counts_it_once() {
+        let live = LiveRing::new(64, true);
+        let index = live.latency_probe("index");
+        let mut tally = Tally::new("ring");
+        live.latencies(index, &[1000; 3]);
+        // The second record as its writer leaves it before writing: stamp 0.
+        let stamp = live.stamp(1).swap(0, Relaxed);
+        assert_eq!(tally.scrape(&live).unwrap(), 1);
+        assert_eq!(tally.position(), 1);
+        assert_eq!(tally.lost(), Lost::default());
+        live.stamp(1).store(stamp, Relaxed);
+        assert_eq!(tally.scrape(&live).unwrap(), 2);
+        assert_eq!(calls(&tally), owned(&[("app:index", 3)]));
+        assert_eq!(tally.lost(), Lost::default());
+    }
+
+    #[test]
+    fn passes_over_a_record_given_up_once_its_grace_is_over() {
+        let live = LiveRing::new(64, true);
+        let index = live.latency_probe("index");
+        let mut tally = Tally::with_grace("ring", Duration::from_secs(3600));
+        live.latencies(index, &[1000; 70]);
+        assert_eq!(tally.scrape(&live).unwrap(), 64);
+        // A record of the next lap whose writer gave it up: its slot keeps
+        // the stamp of the record a lap older, which was read.
+        live.latencies(index, &[1000; 3]);
+        let given_up = live.head() - 2;
+        live.stamp(given_up)
+            .store(first_stamp(given_up - 64, 1), Relaxed);
+
+        let start = 1_000_000_000;
+        assert_eq!(tally.scrape_at(&live, start).unwrap(), 1);
+        assert_eq!(tally.scrape_at(&live, start).unwrap(), 0);
+        assert_eq!(tally.lost().overwritten, 6);
+        // A grace later, the record after it is read and it is lost.
+        let later = start + 3600 * 1_000_000_000;
+        assert_eq!(tally.scrape_at(&live, later).unwrap(), 1);
+        assert_eq!(calls(&tally), owned(&[("app:index", 66)]));
+        assert_eq!(tally.lost().overwritten, 7);
+        assert_eq!(tally.position(), live.head());
+        live.latencies(index, &[1000; 2]);
+        assert_eq!(tally.scrape_at(&live, later).unwrap(), 2);
+        assert_eq!(tally.lost().overwritten, 7);
+    }
+
+    #[test]
+    fn counts_dropped_records_from_the_ring() {
+        let live = LiveRing::new(64, false);
+        let index = live.latency_probe("index");
+        let mut tally = Tally::new("ring");
+        for _ in 0..70 {
+            live.ring.record_integer(index, 1, 7, 1000);
+        }
+        assert_eq!(tally.scrape(&live).unwrap(), 64);
+        assert_eq!(
+            tally.lost(),
+            Lost {
+                dropped: 6,
+                overwritten: 0
+            }
+        );
+    }
+
+    #[test]
+    fn goes_on_counting_in_the_ring_that_replaces_the_one_it_read() {
+        let first = LiveRing::made_at(64, true, 1);
+        let index = first.latency_probe("index");
+        let mut tally = Tally::new("ring");
+        first.latencies(index, &[1000; 100]);
+        tally.scrape(&first).unwrap();
+        assert_eq!(tally.lost().overwritten, 36);
+
+        let second = LiveRing::made_at(64, true, 2);
+        let other = second.text_probe("other");
+        let index = second.latency_probe("index");
+        second.latencies(index, &[1000; 5]);
+        assert!(second.ring.record(other, 1, 7, &[Arg::Str(b"x")]));
+        assert_eq!(tally.scrape(&second).unwrap(), 6);
+        assert_eq!(calls(&tally), owned(&[("app:index", 69), ("app:other", 1)]));
+        assert_eq!(tally.lost().overwritten, 36);
+        assert_eq!(tally.probes()[0].latency.as_ref().unwrap().count, 69);
+    }
+
+    #[test]
+    fn a_scrape_that_fails_counts_nothing() {
+        let live = LiveRing::new(64, true);
+        let index = live.latency_probe("index");
+        let mut tally = Tally::new("my.ring");
+        live.latencies(index, &[1000; 3]);
+        // A probe id the table does not have: the file breaks the format
+        // there, after two records were found.
+        let probe_and_tid = live.slot_word(2, 2).swap(99, Relaxed);
+        let err = tally.scrape(&live).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("my.ring: record 2 in slot 2: probe id"),
+            "{err}"
+        );
+        assert_eq!(tally.probes(), []);
+        live.slot_word(2, 2).store(probe_and_tid, Relaxed);
+        assert_eq!(tally.scrape(&live).unwrap(), 3);
+        assert_eq!(calls(&tally), owned(&[("app:index", 3)]));
+    }
+}
