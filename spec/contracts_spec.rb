@@ -2,12 +2,13 @@
 
 require "static_tracing/cli"
 
-# The `static-tracing` command loads none of the extension, so the rules it
-# shares with the gem are written twice: in Rust (ext/stapsdt, and the
-# reports of ext/trace_report) and in Ruby. These examples hold the two
-# equal by asking both sides about the same process or the same values:
-# where its files are, what they are called, which directories it passes
-# over, which signals may toggle it, how a duration is written.
+# The `static-tracing` command loads none of the extension (see
+# ARCHITECTURE.md), so the rules it shares with the gem are written twice:
+# in Rust (ext/stapsdt, and the reports of ext/trace_report) and in Ruby.
+# These examples hold the two equal by asking both sides about the same
+# process or the same values: where its files are, what they are called,
+# what a stub's notes say, which directories it passes over, which signals
+# may toggle it, how a duration is written.
 RSpec.describe "Contracts between the gem and the static-tracing command", :subprocess do
   include CLIHelpers
   include_context "with a temporary directory", "contracts"
@@ -38,6 +39,10 @@ RSpec.describe "Contracts between the gem and the static-tracing command", :subp
     expect(File.basename(stub_path)).to match(StaticTracing::CLI::Target::STUB_FILE)
     stubs = StaticTracing::CLI::Target.new(app.pid).stubs
     expect(stubs.map { |stub| [stub.provider, stub.path] }).to eq([["contract_app", stub_path]])
+    # The notes ext/stapsdt wrote, as the command's StubFile reads them.
+    notes = StaticTracing::CLI::StubFile.read(stub_path).probes
+    expect(notes.map { |probe| [probe.provider, probe.name, probe.args] })
+      .to eq([["contract_app", "hello", ["Integer"]]])
   end
 
   it "passes over the same directories: a control character in a path, a relative $XDG_RUNTIME_DIR" do
@@ -80,8 +85,9 @@ RSpec.describe "Contracts between the gem and the static-tracing command", :subp
   # Durations are written by the gem's Ruby (Durations: `latency`, a
   # trigger's warnings, recording settings) and by the reports, in Rust.
   it "writes a duration as the gem does: the report's max of a call is Durations.format of its latency" do
-    latencies = [0, 1, 999, 1000, 1500, 2675, 9995, 9994, 99_950, 999_499, 999_500, 999_950, 1_000_000,
-                 1_234_567, 59_999_999_999, 10**12, -1, -1500, 2**62] +
+    latencies = [0, 1, 999, 1000, 1125, 1500, 2675, 8995, 9995, 9994, 99_950, 999_499, 999_500, 999_950,
+                 999_999, 1_000_000, 1_234_567, 59_999_999_999, 10**12, 123_456_789_012_345, -1, -1500,
+                 -999_500_000, 2**62, (2**63) - 1, -(2**63)] +
                 Array.new(200) { |i| (1.37**(i % 120)).round + i }
     probes = latencies.each_index.map do |id|
       StaticTracing::CLI::TraceFile::Probe.new(id, "contract", "p#{id}", ["Integer"], 0, nil)

@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require "static_tracing/trace_reader_library"
+
 module Bench
   class Recorder
     # The ring: threads recording into one at once, every record read back
@@ -127,7 +129,7 @@ module Bench
         path = status["ring"]
         file_bytes = File.size(path)
         allocated = File.stat(path).blocks * 512
-        Loop.call("fire", @tracepoint, :fire, 1).time_ns(status["size"] / StaticTracing::RecordingOptions::SLOT_SIZE)
+        Loop.call("fire", @tracepoint, :fire, 1).time_ns(status["size"] / StaticTracing.trace_reader::SLOT_SIZE)
         resident = resident_bytes(path)
         StaticTracing::Recorder.stop
         { id: "ring.memory.#{flight ? "flight" : "default"}",

@@ -15,6 +15,7 @@
 # by round.
 require "json"
 require "static_tracing"
+require "static_tracing/trace_reader_library"
 
 module RecorderStall
   PROVIDER = :bench_recorder_stall
@@ -32,9 +33,6 @@ module RecorderStall
   # trigger's snapshot written: rarely, each look takes the GVL.
   POLL_SECONDS = 0.2
   STEP_TIMEOUT_SECONDS = 60
-
-  # Where a ring file keeps head, the slots reserved so far (docs/recording.md).
-  RING_HEAD_OFFSET = 128
 
   def self.now = Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)
 
@@ -188,9 +186,10 @@ module RecorderStall
                                       dump_dir: @dir, dump_interval: 0)
       end
       @ring_bytes = status["size"]
-      @slots = @ring_bytes / StaticTracing::RecordingOptions::SLOT_SIZE
+      @slots = @ring_bytes / StaticTracing.trace_reader::SLOT_SIZE
       File.open(status["ring"], "rb") do |ring|
-        step(round, :fill) { wait_until { ring.pread(8, RecorderStall::RING_HEAD_OFFSET).unpack1("Q<") >= @slots } }
+        head = StaticTracing.trace_reader::HEAD_OFFSET
+        step(round, :fill) { wait_until { ring.pread(8, head).unpack1("Q<") >= @slots } }
       end
       dump(round)
       # The step starts as the slow call returns, the trigger pulled; it

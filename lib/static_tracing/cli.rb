@@ -2,6 +2,7 @@
 
 require_relative "version"
 require_relative "errors"
+require_relative "cli/errors"
 
 module StaticTracing
   # The `static-tracing` executable. Each command is a Command subclass
@@ -10,18 +11,10 @@ module StaticTracing
   #
   # It deliberately loads neither the native extension nor the rest of the
   # gem: it inspects other processes from the outside, and those may run
-  # another Ruby, or none of this gem's code but its stubs.
+  # another Ruby, or none of this gem's code but its stubs. It loads the
+  # reader of the recorder's files (StaticTracing.trace_reader) when it
+  # reads one; see ARCHITECTURE.md.
   module CLI
-    # Something went wrong that the user can act on: the message says what.
-    class Error < StaticTracing::Error; end
-
-    # The command line itself is wrong.
-    class UsageError < Error; end
-
-    # Ctrl-C (or SIGTERM) ended the command before it was done: the
-    # message says what was left undone.
-    class Interrupted < Error; end
-
     PROGRAM = "static-tracing"
     EXIT_ERROR = 1
     EXIT_USAGE = 2

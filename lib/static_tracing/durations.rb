@@ -3,15 +3,16 @@
 module StaticTracing
   # Durations as people write and read them: "250ms" parsed into
   # nanoseconds, nanoseconds shown as "1.23ms". The recorder's settings
-  # (a trigger's threshold), its warnings and the command's reports share
-  # these rules. Plain Ruby: the command loads no native code.
+  # (a trigger's threshold), its warnings and the `latency` command share
+  # these rules, in the traced process as in the command: plain Ruby,
+  # loaded with neither native library. #format is in integer arithmetic,
+  # the rule of the reports' (ext/trace_report's durations.rs), which
+  # spec/contracts_spec.rb holds equal to it.
   module Durations
     UNITS = { "ns" => 1, "us" => 1_000, "ms" => 1_000_000, "s" => 1_000_000_000 }.freeze
     PATTERN = /\A\s*(\d+(?:\.\d+)?)\s*(ns|us|ms|s)\s*\z/
     # Largest first, for showing.
-    SHOWN = [["s", 1e9], ["ms", 1e6], ["us", 1e3]].freeze
-    # The least fraction of a unit that three significant digits round to 1.
-    ROUNDS_TO_ONE = 0.9995
+    SHOWN = [["s", 1_000_000_000], ["ms", 1_000_000], ["us", 1_000]].freeze
 
     module_function
 
@@ -27,11 +28,13 @@ module StaticTracing
     # +nanoseconds+ in the largest unit that shows them as 1 or more with
     # three significant digits: 999ns, 1.5us, 1s (not 1000ms, which is
     # what 999.9ms rounds to in milliseconds).
+    # A duration takes the largest unit it is at least 0.9995 of.
     def format(nanoseconds)
       return "?" unless nanoseconds
 
-      unit, scale = SHOWN.find { |_, size| nanoseconds.abs >= size * ROUNDS_TO_ONE } || ["ns", 1]
-      "#{number(nanoseconds / scale.to_f, digits: 3)}#{unit}"
+      magnitude = nanoseconds.abs
+      unit, scale = SHOWN.find { |_, size| magnitude * 10_000 >= size * 9_995 } || ["ns", 1]
+      "#{"-" if nanoseconds.negative?}#{number(Rational(magnitude, scale), digits: 3)}#{unit}"
     end
 
     # +nanoseconds+ exactly, in the largest unit that divides them: what
@@ -41,11 +44,15 @@ module StaticTracing
       "#{nanoseconds / scale}#{unit}"
     end
 
-    # Up to +digits+ significant digits, no trailing zeros: 1.02, 16.4, 131.
+    # +value+ (a non-negative Rational or Integer) with up to +digits+
+    # significant digits, rounded half to even, no trailing zeros: 1.02,
+    # 16.4, 131.
     def number(value, digits: 3)
-      decimals = [digits - value.abs.floor.to_s.size, 0].max
-      text = Kernel.format("%.#{decimals}f", value)
-      text.include?(".") ? text.sub(/0+\z/, "").delete_suffix(".") : text
+      decimals = [digits - value.floor.to_s.size, 0].max
+      kept = (value * (10**decimals)).round(half: :even).to_s.rjust(decimals + 1, "0")
+      return kept if decimals.zero?
+
+      "#{kept[0...-decimals]}.#{kept[-decimals..]}".sub(/0+\z/, "").delete_suffix(".")
     end
   end
 end

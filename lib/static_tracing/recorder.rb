@@ -7,7 +7,7 @@ require_relative "recorder/request_checks"
 require_relative "recorder/probe_table"
 require_relative "recorder/status"
 require_relative "recorder/lease"
-require_relative "recorder/follower"
+require_relative "recorder/launcher"
 
 module StaticTracing
   # The recorder: the same probes a tracer attaches to, recorded by the
@@ -221,17 +221,17 @@ module StaticTracing
       # (probe patterns, --flight, --size, --dump-when, ...). Never stops
       # the application from booting: a bad value is warned about. A
       # process `static-tracing record -- COMMAND` started tells the
-      # command how it went (Follower).
+      # command how it went (Launcher).
       def configure_from_environment(env = ENV)
-        follower = Follower.take(env)
+        launcher = Launcher.take(env)
         value = env["STATIC_TRACING_RECORD"].to_s
-        return follower&.refused("STATIC_TRACING_RECORD is empty") if value.strip.empty?
+        return launcher&.refused("STATIC_TRACING_RECORD is empty") if value.strip.empty?
 
         begin_recording(RecordingOptions.parse_arguments(value), id: SecureRandom.hex(8), by: :process)
-        follower&.recording
+        launcher&.recording
       rescue ArgumentError, StaticTracing::Error => e
         warn("static_tracing: STATIC_TRACING_RECORD=#{value.inspect} not applied: #{e.message}", uplevel: nil)
-        follower&.refused(e.message)
+        launcher&.refused(e.message)
       end
 
       private

@@ -8,7 +8,8 @@ module StaticTracing
   # What to record and how: the settings `static-tracing record` sends a
   # process, and StaticTracing::Recorder.start (or STATIC_TRACING_RECORD)
   # takes in the process, parsed and checked by this one module on both
-  # sides. Plain Ruby: the command loads no native code.
+  # sides. Plain Ruby: the command loads neither native library to parse
+  # settings (see ARCHITECTURE.md).
   #
   #   settings = RecordingOptions.settings(probes: ["my_controller:*"], flight: true, size: "16M",
   #                                        dump_when: "my_controller:show > 250ms")
@@ -20,8 +21,6 @@ module StaticTracing
     # two, within these bounds (the native side's, which checks them again).
     MIN_SIZE = 64 * KIB
     MAX_SIZE = 4 * GIB
-    # A one-Integer record takes one 32-byte slot.
-    SLOT_SIZE = 32
     DEFAULT_SIZE = 8 * MIB
     DEFAULT_FLIGHT_SIZE = 16 * MIB
     DEFAULT_DUMP_INTERVAL = 60.0

@@ -3,8 +3,8 @@
 module StaticTracing
   # Which signals may toggle tracing, and why every other one may not. The
   # gem (Configuration) and the `static-tracing` command (vetting a state
-  # file) both ask this one list, so it is plain Ruby: the command loads no
-  # native code.
+  # file) both ask this one list, so it is plain Ruby, which the command
+  # loads without the gem's extension (see ARCHITECTURE.md).
   #
   # A toggle signal must be one nothing sends on its own: each arrival
   # flips tracing, so a signal the kernel or a terminal sends by itself would

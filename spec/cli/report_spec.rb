@@ -127,9 +127,20 @@ RSpec.describe "static-tracing report" do
                     random.rand(-(10**random.rand(1..7))..(2**random.rand(1..62)))
                   end
                 end
-      samples.each do |nanoseconds|
-        buckets = StaticTracing::CLI::Histogram.latency_buckets(nanoseconds.sort).map do |bucket|
-          index = bucket["max"] == -1 ? -1 : bucket["max"].bit_length
+      probes = samples.each_index.map { |id| probe(id, "bench", "sample_#{id}", ["Integer"], latency_arg: 0) }
+      records = samples.each_with_index.flat_map do |nanoseconds, id|
+        nanoseconds.map { |ns| record(probes[id], [ns], time: 1_000) }
+      end
+      result = cli("report", "--format", "json", trace("samples.trace", records, probes:))
+      reported = JSON.parse(result.stdout)["probes"].to_h { |entry| [entry["name"], entry["latency"]["histogram"]] }
+      samples.each_with_index do |nanoseconds, id|
+        buckets = reported.fetch("sample_#{id}").map do |bucket|
+          low = bucket["low_ns"]
+          index = if low.nil? then -1
+                  elsif low == -999 then 0
+                  else
+                    (low / 1000).bit_length
+                  end
           [index, bucket["count"]]
         end
         expect(buckets).to eq(bpftrace_hist(nanoseconds)), nanoseconds.inspect

@@ -3,6 +3,7 @@
 require "json"
 require "securerandom"
 require_relative "../recording_options"
+require_relative "../ring_locator"
 require_relative "process_state"
 require_relative "private_file"
 
@@ -22,9 +23,6 @@ module StaticTracing
       # A request still under way after this long is said to be waited for.
       PENDING_SAID = 1.0
       POLL_INTERVAL = 0.02
-      # A ring file: its header and probe table (at most 16 MiB: it grows
-      # with the probes a recording names), then its slots.
-      MAX_RING_FILE = RecordingOptions::MAX_SIZE + (17 << 20)
       WRITE_FLAGS = File::WRONLY | File::NOFOLLOW | File::NONBLOCK
 
       attr_reader :process, :state
@@ -66,19 +64,12 @@ module StaticTracing
       end
 
       # Yields the process's ring open (for writing too with +write+: a
-      # reader without overwrite stores how far it read), checked as
-      # PrivateFile checks; returns what the block returns.
+      # reader without overwrite stores how far it read), as RingLocator
+      # opens one; returns what the block returns.
       def open_ring(write: false, &block)
-        ring = recording&.fetch("ring") or raise Error, not_recording_message
+        raise Error, not_recording_message unless RingLocator.ring(state)
 
-        opened = process.process.guard(ring) do
-          PrivateFile.open_checked(process.process.reach(state.dir), File.basename(ring), write:, owner: uid,
-                                                                                          described:,
-                                                                                          limit: MAX_RING_FILE, &block)
-        end
-        opened.nil? ? raise(Error, "the ring #{ring} of process #{pid} is gone") : opened
-      rescue PrivateFile::Untrusted => e
-        raise Error, "refusing the ring #{ring} of process #{pid}: #{e.message}"
+        RingLocator.open(process, state, write:, &block)
       end
 
       # Why the process could not create files in the directory +dir+ (a

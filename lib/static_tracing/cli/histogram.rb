@@ -7,45 +7,13 @@ module StaticTracing
     # Latency histograms as bpftrace prints them: power-of-two buckets of
     # microseconds (its hist()), labelled in time units, with a bar each.
     # `latency` prints bpftrace's own buckets with it; `report` buckets the
-    # durations of recorded calls the same way (Histogram.latency_buckets),
-    # so that both look alike. #print_histogram writes to #out, as a Command has.
+    # durations of recorded calls the same way (ext/trace_report's
+    # histogram.rs), so that both look alike. #print_histogram writes to
+    # #out, as a Command has.
     module Histogram
       BAR_WIDTH = 52
 
       module_function
-
-      # bpftrace's hist() buckets of arg0 / 1000 for the durations +sorted+
-      # (ns, ascending), as its JSON gives them: "< 0" ({"max" => -1}), [0],
-      # [1], [2, 4), [4, 8), ... (microseconds), from the lowest bucket
-      # counted to the highest, empty ones between. arg0 / 1000 truncates
-      # toward zero, so "< 0" ends at -1000ns, [0] at 1000ns, [1] at 2000ns,
-      # [2, 4) at 4000ns... Each count is found by a binary search for the
-      # end of its bucket: a million calls cost no more than a few.
-      def latency_buckets(sorted)
-        return [] if sorted.empty?
-
-        starts = [0, *bucket_ends(sorted.last).map { |ns| sorted.bsearch_index { |value| value >= ns } || sorted.size }]
-        counts = starts.each_cons(2).map { |start, stop| stop - start }
-        (counts.index(&:positive?)..counts.rindex(&:positive?)).map { |index| bucket(index - 1, counts[index]) }
-      end
-
-      # Where each bucket ends (the least duration, in ns, past it), from
-      # "< 0" on, to the bucket of +max+.
-      def bucket_ends(max)
-        ends = [-999, 1000]
-        ends << (ends.last * 2) while ends.last <= max
-        ends
-      end
-
-      # Bucket +index+ holds the microseconds of that bit length; -1 the
-      # negative ones.
-      def bucket(index, count)
-        case index
-        when -1 then { "max" => -1, "count" => count }
-        when 0 then { "min" => 0, "max" => 0, "count" => count }
-        else { "min" => 1 << (index - 1), "max" => (1 << index) - 1, "count" => count }
-        end
-      end
 
       # bpftrace's JSON gives each bucket's inclusive bounds, in microseconds
       # here; bpftrace 0.17 garbles the bounds of buckets past 2^31, which
@@ -78,9 +46,10 @@ module StaticTracing
         Durations.format(nanoseconds)
       end
 
-      # Up to +digits+ significant digits, no trailing zeros: 1.02, 16.4, 131.
+      # Up to +digits+ significant digits, no trailing zeros: 1.02, 16.4,
+      # 131; a Float as the decimal it shows (2.675, not its binary value).
       def format_number(value, digits: 3)
-        Durations.number(value, digits:)
+        Durations.number(Rational(value.to_s), digits:)
       end
 
       private

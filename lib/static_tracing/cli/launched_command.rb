@@ -134,10 +134,10 @@ module StaticTracing
       # STATIC_TRACING_RECORD takes the options of `record`: the patterns
       # and the size; the program's own recording is a streaming one, which
       # the command reads as it would a process's it started. The socket
-      # is how the process tells it (Recorder::Follower).
+      # is how the process tells it (Recorder::Launcher).
       def environment(socket)
         value = [*@settings.probes, "--size", @settings.ring_size.to_s]
-        { "STATIC_TRACING_RECORD" => Shellwords.join(value), "STATIC_TRACING_RECORD_FOLLOWER" => socket.fileno.to_s }
+        { "STATIC_TRACING_RECORD" => Shellwords.join(value), "STATIC_TRACING_RECORD_LAUNCHER" => socket.fileno.to_s }
       end
 
       # A line the process said, :closed when every process that had the

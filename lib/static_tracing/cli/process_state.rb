@@ -3,6 +3,7 @@
 require "json"
 require_relative "../process_start"
 require_relative "../signal_rules"
+require_relative "errors"
 require_relative "process_dir"
 require_relative "private_file"
 

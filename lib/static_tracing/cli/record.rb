@@ -216,7 +216,7 @@ module StaticTracing
       def start_flight(recorder, settings)
         recorder.request("record", **request_fields(settings))
         status = recorder.recording
-        slots = status["size"] / RecordingOptions::SLOT_SIZE
+        slots = status["size"] / TraceFile.reader::SLOT_SIZE
         out.puts("Process #{recorder.pid} keeps a flight recording of #{count(status["armed"], "probe")} " \
                  "(#{patterns(settings)}) in #{status["ring"]}: the newest #{slots} one-Integer records or so.")
         out.puts("Snapshots when #{status["dump_when"]}, into #{status["dump_dir"]}.") if status["dump_when"]

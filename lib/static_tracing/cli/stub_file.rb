@@ -3,8 +3,10 @@
 module StaticTracing
   module CLI
     # Reads the probes out of a stub's `.note.stapsdt` section, in plain Ruby
-    # so that the executable works without the native extension and against
-    # processes running another Ruby.
+    # so that `list` works without either native library (it reads no
+    # recorder file) and against processes running another Ruby. What it
+    # reads is what ext/stapsdt's ELF writer writes: spec/contracts_spec.rb
+    # holds the two equal on stubs the extension wrote.
     #
     # Only what the stub writer emits is accepted: a 64-bit little-endian ELF
     # file. Everything is bounds-checked, since the bytes come from another

@@ -1,10 +1,12 @@
 # frozen_string_literal: true
 
+require_relative "../trace_reader_library"
+
 module StaticTracing
   module CLI
     # A recorder's ring file, or a trace file (docs/recording.md), read
     # whole by the format's one implementation, the reader in Rust
-    # (static_tracing/trace_reader: ext/trace_report, ext/trace_reader),
+    # (StaticTracing.trace_reader: ext/stapsdt's ring, ext/trace_reader),
     # which the command loads without the gem's runtime. Here, for the
     # command and for scripts, are what it read: the header's fields, the
     # probes and the records, as Ruby values only when asked for.
@@ -39,10 +41,7 @@ module StaticTracing
         # The native reader (StaticTracing::TraceReader), loaded when first
         # needed: commands that read no file never load it.
         def reader
-          @reader ||= begin
-            require_relative "trace_reader"
-            StaticTracing::TraceReader
-          end
+          StaticTracing.trace_reader
         end
 
         # The file at +path+, which the user named: whoever owns it. Only a

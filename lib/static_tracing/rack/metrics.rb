@@ -1,7 +1,8 @@
 # frozen_string_literal: true
 
-require "json"
 require_relative "../process_start"
+require_relative "../ring_locator"
+require_relative "../trace_reader_library"
 
 module StaticTracing
   module Rack
@@ -18,17 +19,15 @@ module StaticTracing
     # The workers are this process and the other children of its parent
     # (a unicorn or puma master) that run the same program as the same
     # user; a process whose parent runs another program (a server without
-    # workers) serves its own ring only. Each worker's ring is found next
-    # to this process's state file, by the worker's own state file there,
-    # which must be that process's (its pid and start time). Rings are
-    # read only: nothing is asked of a worker, nothing starts recording,
-    # and the rings' reader (a native library of its own) is loaded at the
-    # first scrape, not before. A scrape reads with the GVL released.
+    # workers) serves its own ring only. Each worker's ring is the one its
+    # own state file names, which must be that process's (its pid and
+    # start time), opened as the command opens one (StaticTracing::RingLocator).
+    # Rings are read only: nothing is asked of a worker, nothing starts
+    # recording, and the rings' reader (a native library of its own,
+    # StaticTracing.trace_reader) is loaded at the first scrape, not
+    # before. A scrape reads with the GVL released.
     class Metrics
       CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-      # Far more than the gem writes (a few hundred bytes).
-      MAX_STATE = 64 * 1024
-      OPEN_FLAGS = File::RDONLY | File::NOFOLLOW | File::NONBLOCK
 
       # A worker's ring as tallied: the tally lives as long as the worker.
       Worker = Struct.new(:start_time, :ring_tally)
@@ -52,11 +51,10 @@ module StaticTracing
 
       # The metrics text of every worker's ring, read on from the last scrape.
       def metrics
-        dir, namespace = published_dir
-        running = dir ? worker_pids.to_h { |pid| [pid, start_time(pid)] }.compact : {}
+        running = State.path ? worker_pids.to_h { |pid| [pid, start_time(pid)] }.compact : {}
         @workers.select! { |pid, worker| running[pid] == worker.start_time }
         running.each do |pid, start_time|
-          scrape(pid, start_time, dir, namespace)
+          scrape(pid, start_time)
         end
         tallies = @workers.sort.filter_map { |pid, worker| [pid, worker.ring_tally] if worker.ring_tally }
         reader::Tally.exposition(tallies)
@@ -75,26 +73,18 @@ module StaticTracing
 
       # The native reader of rings, loaded at the first scrape.
       def reader
-        @reader ||= begin
-          require_relative "../cli/trace_reader"
-          StaticTracing::TraceReader
-        end
+        StaticTracing.trace_reader
       end
 
-      # The directory this process publishes its state in, and its pid
-      # namespace as the state file's name says: its siblings publish
-      # theirs there too, named alike.
-      def published_dir
-        path = State.path or return
-        match = /\A\d+-(\d+)\.state\z/.match(File.basename(path)) or return
-        [File.dirname(path), match[1]]
-      end
+      # Reads the ring of worker +pid+ on, if it records; a worker that
+      # cannot be read now is said once and passed over.
+      def scrape(pid, start_time)
+        state, published = published_state(pid)
+        ring = RingLocator.ring(published) or return
+        return unless state.start_time == start_time
 
-      def scrape(pid, start_time, dir, namespace)
-        ring = ring_of(pid, start_time, dir, namespace) or return
         worker = (@workers[pid] ||= Worker.new(start_time, nil))
-        File.open(ring, OPEN_FLAGS) do |file|
-          check_owned(file)
+        RingLocator.open(state, published) do |file|
           worker.ring_tally ||= reader::Tally.new(ring)
           worker.ring_tally.scrape(file.fileno)
         end
@@ -103,37 +93,13 @@ module StaticTracing
                                 "static_tracing: metrics: cannot read the ring of process #{pid}: #{e.message}")
       end
 
-      # The ring process +pid+ records into, if its state file (that
-      # process's own) says it records.
-      def ring_of(pid, start_time, dir, namespace)
-        name = "#{pid}-#{namespace}"
-        state = read_state(File.join(dir, "#{name}.state")) or return
-        return unless state["pid"] == pid && state["start_time"] == start_time
-
-        ring = state.dig("recorder", "ring")
-        ring if ring == File.join(dir, "#{name}.ring")
-      end
-
-      def read_state(path)
-        text = File.open(path, OPEN_FLAGS) do |file|
-          check_owned(file)
-          file.read(MAX_STATE + 1)
-        end
-        return if text.nil? || text.bytesize > MAX_STATE
-
-        state = JSON.parse(text)
-        state if state.is_a?(Hash)
-      rescue SystemCallError, IOError, JSON::ParserError
+      # The state worker +pid+ publishes, if it publishes one this process
+      # can trust (a worker exiting as it is read publishes none).
+      def published_state(pid)
+        state = CLI::ProcessState.new(pid, proc_dir: @proc)
+        [state, state.read]
+      rescue CLI::Error, SystemCallError
         nil
-      end
-
-      # Only a regular file of this process's user, private to it: what the
-      # gem writes.
-      def check_owned(file)
-        stat = file.stat
-        return if stat.file? && stat.uid == ::Process.euid && (stat.mode & 0o077).zero?
-
-        raise IOError, "it is not a private regular file of uid #{::Process.euid}"
       end
 
       def start_time(pid)

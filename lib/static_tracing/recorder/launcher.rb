@@ -6,20 +6,20 @@ module StaticTracing
   module Recorder
     # The `static-tracing record -- COMMAND` that started this process, and
     # follows its recording from its first probe: it passes one end of a
-    # socket (STATIC_TRACING_RECORD_FOLLOWER, its descriptor's number). The
+    # socket (STATIC_TRACING_RECORD_LAUNCHER, its descriptor's number). The
     # process says there whether its recording started, and if it did
     # waits (a moment at most) for the command to have its ring open
     # before any of the application's code runs: a program that ends at
     # once is read all the same. Only the process the command started
     # does so: the variable is taken out of its environment, and the
     # socket closed, for its own children.
-    class Follower
-      VARIABLE = "STATIC_TRACING_RECORD_FOLLOWER"
+    class Launcher
+      VARIABLE = "STATIC_TRACING_RECORD_LAUNCHER"
       # The longest the process waits for the command; a command gone
       # (its end closed) is not waited for at all.
       WAIT = 10.0
 
-      # The follower +env+ names, taken out of it; nil if none.
+      # The launcher +env+ names, taken out of it; nil if none.
       def self.take(env)
         fd = env.delete(VARIABLE) or return
         new(IO.for_fd(Integer(fd, 10), autoclose: true))

@@ -1,0 +1,186 @@
+# frozen_string_literal: true
+
+require "io/wait"
+require "socket"
+require "time"
+
+module StaticTracing
+  module CLI
+    # A minimal HTTP/1.1 server of one page, /metrics, whose body the block
+    # makes at each request, one request at a time. A connection is served
+    # on a thread of its own and closed after one answer; a request must
+    # arrive whole within READ_TIMEOUT and in MAX_REQUEST bytes, and its
+    # answer be taken within WRITE_TIMEOUT, so that no client can hold the
+    # server; at most MAX_CONNECTIONS are served at once. Ctrl-C or SIGTERM
+    # ends #run.
+    class MetricsServer
+      PATH = "/metrics"
+      CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+      MAX_REQUEST = 8192
+      READ_TIMEOUT = 5.0
+      WRITE_TIMEOUT = 10.0
+      MAX_CONNECTIONS = 16
+      LINGER = 1.0
+      REQUEST_LINE = %r{\A(?<method>[A-Z]+) (?<target>\S+) HTTP/1\.[01]\r?\n}
+      REASONS = { 200 => "OK", 400 => "Bad Request", 404 => "Not Found", 405 => "Method Not Allowed",
+                  408 => "Request Timeout", 431 => "Request Header Fields Too Large",
+                  500 => "Internal Server Error", 503 => "Service Unavailable" }.freeze
+
+      # Listens on +host+:+port+ at once; raises Error when it cannot.
+      def initialize(host, port, &metrics)
+        @metrics = metrics
+        @server = TCPServer.new(host, port)
+        @scrape = Mutex.new
+        @connections = []
+      rescue SocketError, SystemCallError => e
+        raise Error, "cannot listen on #{host}:#{port}: #{CLI.reason(e)}"
+      end
+
+      # Where it listens, as HOST:PORT (the port it was given, or the one
+      # the system chose for port 0).
+      def address
+        _, port, host = @server.addr
+        host.include?(":") ? "[#{host}]:#{port}" : "#{host}:#{port}"
+      end
+
+      # Serves until Ctrl-C or SIGTERM; yields once they are caught.
+      def run
+        stop, @stopper = IO.pipe
+        with_signals do
+          yield
+          loop do
+            ready, = IO.select([@server, stop])
+            break if ready.include?(stop)
+
+            accept
+          end
+        end
+      ensure
+        [stop, @stopper].each { |io| io&.close }
+        finish_connections
+      end
+
+      def close
+        @server.close unless @server.closed?
+      end
+
+      private
+
+      def with_signals
+        previous = %w[INT TERM].to_h do |signal|
+          [signal, Signal.trap(signal) { @stopper.write_nonblock(".", exception: false) }]
+        end
+        yield
+      ensure
+        previous&.each { |signal, handler| Signal.trap(signal, handler || "DEFAULT") }
+      end
+
+      def accept
+        socket = @server.accept_nonblock(exception: false)
+        return if socket == :wait_readable
+
+        @connections.select!(&:alive?)
+        if @connections.size >= MAX_CONNECTIONS
+          respond(socket, 503, "too many connections at once\n")
+          return socket.close
+        end
+        @connections << Thread.new(socket) { |client| serve(client) }
+      end
+
+      # Connections under way end by their own deadlines.
+      def finish_connections
+        deadline = CLI.monotonic + READ_TIMEOUT + WRITE_TIMEOUT + LINGER
+        @connections.each { |thread| thread.join([deadline - CLI.monotonic, 0].max) || thread.kill }
+      end
+
+      def serve(socket)
+        status, body = answer(read_request(socket))
+        respond(socket, status, body)
+      rescue StandardError => e
+        respond(socket, 500, "#{e.message}\n")
+      ensure
+        linger(socket)
+      end
+
+      # Closes the connection once the client has had the answer: what it
+      # sent that was not read (a request refused unread) is read and
+      # dropped first, for a while, since closing a socket with unread
+      # bytes resets the connection, and the client could lose the answer.
+      def linger(socket)
+        socket.close_write
+        deadline = CLI.monotonic + LINGER
+        while (left = deadline - CLI.monotonic).positive?
+          chunk = socket.read_nonblock(MAX_REQUEST, exception: false)
+          break if chunk.nil? || (chunk == :wait_readable && !socket.wait_readable(left))
+        end
+      rescue SystemCallError, IOError
+        nil
+      ensure
+        socket.close
+      end
+
+      # [status, body] for the request +head+ (its request line and
+      # headers), or for the status read_request returned.
+      def answer(head)
+        return [head, "#{REASONS.fetch(head)}\n"] if head.is_a?(Integer)
+
+        request = REQUEST_LINE.match(head) or return [400, "not an HTTP/1.x request line\n"]
+        path = request[:target].split("?", 2).first
+        return [404, "not found: the metrics are at #{PATH}\n"] unless path == PATH
+        return [405, "only GET and HEAD\n"] unless %w[GET HEAD].include?(request[:method])
+
+        body = @scrape.synchronize { @metrics.call }
+        [200, request[:method] == "HEAD" ? [body.bytesize] : body]
+      end
+
+      # The request line and headers, or the status to answer with when
+      # they do not come whole in time, or are too long.
+      def read_request(socket)
+        head = +""
+        deadline = CLI.monotonic + READ_TIMEOUT
+        loop do
+          whole = complete(head) and return whole
+
+          chunk = socket.read_nonblock(MAX_REQUEST, exception: false)
+          case chunk
+          when :wait_readable then return 408 unless socket.wait_readable([deadline - CLI.monotonic, 0].max)
+          when nil then return 400
+          else head << chunk
+          end
+        end
+      end
+
+      # +head+ if it holds a whole request head, 431 if it is too long to,
+      # nil while more is to come.
+      def complete(head)
+        ends = head.index("\r\n\r\n") || head.index("\n\n")
+        return ends < MAX_REQUEST ? head : 431 if ends
+
+        431 if head.bytesize >= MAX_REQUEST
+      end
+
+      def respond(socket, status, body)
+        length, body = body.is_a?(Array) ? [body.first, ""] : [body.bytesize, body]
+        headers = ["HTTP/1.1 #{status} #{REASONS.fetch(status)}", "Date: #{Time.now.httpdate}",
+                   "Content-Type: #{status == 200 ? CONTENT_TYPE : "text/plain; charset=utf-8"}",
+                   "Content-Length: #{length}", "Connection: close"]
+        headers << "Allow: GET, HEAD" if status == 405
+        write(socket, "#{headers.join("\r\n")}\r\n\r\n#{body}")
+      end
+
+      def write(socket, data)
+        deadline = CLI.monotonic + WRITE_TIMEOUT
+        until data.empty?
+          written = socket.write_nonblock(data, exception: false)
+          if written == :wait_writable
+            return unless socket.wait_writable([deadline - CLI.monotonic, 0].max)
+          else
+            data = data.byteslice(written..)
+          end
+        end
+      rescue SystemCallError, IOError
+        nil
+      end
+    end
+  end
+end
