@@ -235,10 +235,8 @@ RSpec.describe "static-tracing report" do
     end
 
     it "names the threads whose names the file holds after its slots" do
-      path = trace("a.trace", records)
-      names = [[7, "puma srv tp 001"], [8, "worker \"é\""]]
-      File.binwrite(path, ["STTHREAD", names.size].pack("a8L<") +
-                          names.map { |tid, name| [tid, name.bytesize, name].pack("L<Ca*") }.join, File.size(path))
+      names = { 7 => "puma srv tp 001", 8 => "worker \"é\"" }
+      path = trace("a.trace", records, thread_names: names)
       events = events(cli("report", "--format", "chrome", path).stdout)
       expect(events.select { |event| event["name"] == "thread_name" }.map { |event| [event["tid"], event["args"]] })
         .to eq([[7, { "name" => "puma srv tp 001" }], [8, { "name" => "worker \"é\"" }]])

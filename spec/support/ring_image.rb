@@ -57,17 +57,17 @@ class RingImage
   end
 
   # Appends a probe table entry; returns the probe's id. +types+ are
-  # :Integer, :Float or :String.
+  # :Integer, :Float or :String (or their names as Strings).
   def add_probe(provider, name, types, latency_arg: nil, stack_arg: nil)
     names = "#{provider}#{name}".b
-    size = (16 + names.bytesize + 7) / 8 * 8
-    codes = types.map { |type| TYPE_CODES.fetch(type) }
+    size = self.class.entry_size(provider, name)
+    codes = types.map { |type| TYPE_CODES.fetch(type.to_sym) }
     entry = [size, types.size, provider.bytesize, name.bytesize, latency_arg || NONE, stack_arg || NONE, 0]
             .pack("S< C C C C C C") << codes.pack("C*").ljust(8, "\0") << names
     used = self[:table_used]
     bytes[HEADER_SIZE + used, size] = entry.ljust(size, "\0")
     self[:table_used] = used + size
-    @types << types
+    @types << types.map(&:to_sym)
     @types.size - 1
   end
 
@@ -128,17 +128,45 @@ class RingImage
 
   # The payload of +args+ for +probe+: each argument packed in order.
   def payload(probe, args)
-    args.zip(@types.fetch(probe)).map do |value, type|
-      case type
-      when :Integer then [value].pack("q<")
-      when :Float then [value].pack("E")
-      else [value.bytesize].pack("S<") << value.b
-      end
-    end.join.b
+    self.class.payload(@types.fetch(probe), args)
   end
 
   def slots_for(size)
-    size <= 8 ? 1 : 1 + ((size - 8 + 23) / 24)
+    self.class.slots_for(size)
+  end
+
+  class << self
+    # The payload of +args+ of +types+ (:Integer or "Integer"...): each
+    # argument packed in order, a String as its u16 length and its bytes.
+    def payload(types, args)
+      args.zip(types).map do |value, type|
+        case type.to_sym
+        when :Integer then [value].pack("q<")
+        when :Float then [value].pack("E")
+        else [value.bytesize].pack("S<") << value.b
+        end
+      end.join.b
+    end
+
+    # How many slots a payload of +size+ bytes fills: 8 bytes in the first,
+    # 24 in each later one.
+    def slots_for(size)
+      size <= 8 ? 1 : 1 + ((size - 8 + 23) / 24)
+    end
+
+    # The bytes of a probe table entry: 16, then the names, padded to 8.
+    def entry_size(provider, name)
+      (16 + provider.bytesize + name.bytesize + 7) / 8 * 8
+    end
+
+    # The names of threads (+names+: tid => name) as a trace file holds
+    # them after its slots: "STTHREAD", a u32 count, then per thread its
+    # id (u32), the length of its name (u8) and the name.
+    def thread_names(names)
+      return "".b if names.empty?
+
+      ["STTHREAD", names.size].pack("a8L<") + names.map { |tid, name| [tid, name.bytesize, name].pack("L<Ca*") }.join
+    end
   end
 
   def io
