@@ -176,6 +176,33 @@ pub fn write(
     Ok(())
 }
 
+/// Records lost across files, by why: the writer dropped them (the ring
+/// was full, or its probe table), it overwrote them (flight mode), or they
+/// were being written when the ring was read. What the text and JSON
+/// reports both show.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct LostRecords {
+    dropped: u128,
+    overwritten: u128,
+    being_written: u128,
+}
+
+impl LostRecords {
+    fn of(traces: &[Trace]) -> LostRecords {
+        let mut lost = LostRecords::default();
+        for trace in traces {
+            lost.dropped += u128::from(trace.counters.dropped);
+            let unread = u128::from(trace.unread());
+            if trace.header.overwrite() {
+                lost.overwritten += unread;
+            } else {
+                lost.being_written += unread;
+            }
+        }
+        lost
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::testing::{calls, index_probe, trace};

@@ -7,6 +7,7 @@
 use super::histogram::{self, Bucket};
 use super::probe_calls::{probe_calls, ProbeCalls, Tally};
 use super::text::{percentiles, wall_time, PERCENTILES};
+use super::LostRecords;
 use crate::Trace;
 use serde_json::{json, Map, Value};
 use std::io::{self, Write};
@@ -40,16 +41,11 @@ fn summary(traces: &[Trace], tallies: &[Tally]) -> Map<String, Value> {
             Some((wall_time(trace, least), wall_time(trace, greatest)))
         })
         .reduce(|(least, greatest), (low, high)| (least.min(low), greatest.max(high)));
-    let sum = |number: fn(&Trace) -> u64, wanted: fn(&Trace) -> bool| -> u128 {
-        traces
-            .iter()
-            .filter(|trace| wanted(trace))
-            .map(|trace| u128::from(number(trace)))
-            .sum()
-    };
-    let dropped = sum(|trace| trace.counters.dropped, |_| true);
-    let overwritten = sum(Trace::unread, |trace| trace.header.overwrite());
-    let being_written = sum(Trace::unread, |trace| !trace.header.overwrite());
+    let LostRecords {
+        dropped,
+        overwritten,
+        being_written,
+    } = LostRecords::of(traces);
     let mut document = Map::new();
     document.insert(
         "files".to_owned(),

@@ -8,6 +8,7 @@
 use super::durations;
 use super::histogram;
 use super::probe_calls::{probe_calls, ProbeCalls, Tally};
+use super::LostRecords;
 use crate::Trace;
 use std::io::{self, Write};
 
@@ -74,26 +75,14 @@ pub(super) fn wall_time(trace: &Trace, monotonic_ns: u64) -> i128 {
 /// its probe table), it overwrote them (flight mode), or they were being
 /// written when the ring was read.
 fn lost(traces: &[Trace]) -> String {
-    let sum = |number: fn(&Trace) -> u64, wanted: fn(&Trace) -> bool| -> u128 {
-        traces
-            .iter()
-            .filter(|trace| wanted(trace))
-            .map(|trace| u128::from(number(trace)))
-            .sum()
-    };
+    let lost = LostRecords::of(traces);
     let reasons = [
         (
             "dropped because the ring (or its probe table) was full",
-            sum(|trace| trace.counters.dropped, |_| true),
+            lost.dropped,
         ),
-        (
-            "overwritten in flight mode",
-            sum(Trace::unread, |trace| trace.header.overwrite()),
-        ),
-        (
-            "being written when the ring was read",
-            sum(Trace::unread, |trace| !trace.header.overwrite()),
-        ),
+        ("overwritten in flight mode", lost.overwritten),
+        ("being written when the ring was read", lost.being_written),
     ];
     let reasons: Vec<(&str, u128)> = reasons
         .into_iter()
