@@ -255,7 +255,7 @@ mod tests {
     /// each with flight rings of 16 MiB (the default), each having made
     /// 10,000 calls since the last scrape; read and written as text. The
     /// bar (docs/fleet.md) is for an optimized build, as the gem ships:
-    /// `cargo test --release -p trace_report scrape_cost -- --nocapture`.
+    /// `cargo test --release -p trace_metrics scrape_cost -- --nocapture`.
     #[test]
     fn scrape_cost() {
         const PROCESSES: usize = 8;

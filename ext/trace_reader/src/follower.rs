@@ -78,8 +78,8 @@ impl Follower {
     fn records_after(ruby: &Ruby, rb_self: &Self, bytes: usize) -> Result<RArray, Error> {
         let follower = rb_self.0.borrow();
         let mut records = Records::new(follower.probes());
-        for record in follower.records_after(bytes) {
-            records.push(&record);
+        for (first, payload) in follower.records_after(bytes) {
+            records.push_slots(first, &payload);
         }
         record_list(ruby, &records)
     }

@@ -8,8 +8,8 @@
 //! to make and as many to free. A report decodes one record at a time as
 //! it goes, its Strings borrowed from the buffer.
 
-use stapsdt::ring::format::slots_for;
-use stapsdt::ring::{Arg, ProbeEntry, Record, Value};
+use stapsdt::ring::format::{slots_for, STAMP_SHIFT};
+use stapsdt::ring::{Arg, ProbeEntry, Record, Slot, Value};
 use stapsdt::ArgType;
 use std::fmt;
 
@@ -80,6 +80,25 @@ impl Records {
                 }
             }
         }
+    }
+
+    /// Holds a record read as its first slot says (its sequence number's
+    /// 48 bits, time, probe and thread) and its payload, whose arguments
+    /// the reader checked against the probe table this was made with.
+    pub fn push_slots(&mut self, first: Slot<'_>, payload: &[u8]) {
+        let Some(layout) = self.layouts.get(first.probe() as usize) else {
+            return;
+        };
+        let len = layout
+            .fixed_len
+            .unwrap_or_else(|| args_len(&layout.types, payload));
+        self.len += 1;
+        self.bytes
+            .extend_from_slice(&(first.stamp() >> STAMP_SHIFT).to_le_bytes());
+        self.bytes.extend_from_slice(&first.time_ns().to_le_bytes());
+        self.bytes.extend_from_slice(&first.probe().to_le_bytes());
+        self.bytes.extend_from_slice(&first.tid().to_le_bytes());
+        self.bytes.extend_from_slice(&payload[..len]);
     }
 
     /// The record's probe is known, and its arguments are of its types.

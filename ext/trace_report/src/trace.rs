@@ -56,13 +56,6 @@ impl Trace {
     pub fn unread(&self) -> u64 {
         self.records_total() - self.records.len() as u64
     }
-
-    /// The wall-clock time (ns since the epoch) of `monotonic_ns` on the
-    /// file's clock.
-    pub fn wall_time_ns(&self, monotonic_ns: u64) -> i64 {
-        let since = monotonic_ns as i128 - i128::from(self.header.anchor_monotonic_ns);
-        (i128::from(self.header.anchor_realtime_ns) + since) as i64
-    }
 }
 
 #[cfg(test)]

@@ -94,11 +94,6 @@ module StaticTracing
         CLI.reason(e)
       end
 
-      # Reads the state again; returns it.
-      def refresh
-        @state = process.read || @state
-      end
-
       # The state as the process publishes it now, or nil when it publishes
       # none (it is exiting, say).
       def current_state

@@ -44,7 +44,6 @@ impl Lost {
     pub fn total(self) -> u64 {
         self.dropped + self.overwritten
     }
-
 }
 
 impl std::ops::Add for Lost {
@@ -152,12 +151,6 @@ impl Cursor {
         }
         *self = next;
         Ok(read)
-    }
-
-    /// Records reserved and not read, as of the last read: what the
-    /// command reports for a recording.
-    pub fn lost_total(&self) -> u64 {
-        self.lost.total()
     }
 
     /// The lost-record rule (see the module's documentation).

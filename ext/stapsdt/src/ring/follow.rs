@@ -9,12 +9,10 @@
 //! writer does not wait: what it overwrote before a read is lost.
 
 use super::cursor::Cursor;
-use super::format::{offset, Header, ProbeEntry, Slot, Value, SLOT_SIZE, STAMP_SHIFT};
+use super::format::{offset, ProbeEntry, Slot, SLOT_SIZE};
 use super::live_threads::live_names;
 use super::scan::{self, Opened, Pass, ReadAt, TraceError};
 use super::trace_file::{self, Held, Origin};
-use super::Record;
-use crate::probe::ArgType;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Write};
@@ -114,10 +112,6 @@ impl Follower {
         self.cursor.position
     }
 
-    pub fn header(&self) -> &Header {
-        &self.opened.header
-    }
-
     pub fn probes(&self) -> &[ProbeEntry] {
         &self.opened.probes
     }
@@ -125,11 +119,6 @@ impl Follower {
     /// Writes what was read as a trace file.
     pub fn write(&self, out: &mut impl Write) -> io::Result<()> {
         write(out, &self.opened, &self.held, &self.thread_names)
-    }
-
-    /// The names of the threads known so far, by id.
-    pub fn thread_names(&self) -> &BTreeMap<u32, String> {
-        &self.thread_names
     }
 
     /// Reads the names of the threads of the records held after the first
@@ -155,12 +144,17 @@ impl Follower {
     }
 
     /// The records held after the first `bytes` bytes of them (see
-    /// [`Held::len`]), decoded.
-    pub fn records_after(&self, bytes: usize) -> Vec<Record> {
-        self.held
-            .records_after(bytes)
-            .map(|slots| decode(slots, &self.opened.probes))
-            .collect()
+    /// [`Held::len`]): each one's first slot, and its payload (its
+    /// arguments as the ring encodes them, then the padding).
+    pub fn records_after(&self, bytes: usize) -> impl Iterator<Item = (Slot<'_>, Vec<u8>)> {
+        self.held.records_after(bytes).map(|slots| {
+            let first = Slot::at(slots);
+            let mut payload = first.first_payload().to_vec();
+            for later in slots.chunks_exact(SLOT_SIZE as usize).skip(1) {
+                payload.extend_from_slice(Slot::at(later).later_payload());
+            }
+            (first, payload)
+        })
     }
 
     /// Nothing is stored in a trace file or a flight ring: no writer waits.
@@ -175,48 +169,6 @@ impl Follower {
                 name: self.name.clone(),
                 err: io::Error::new(err.kind(), format!("cannot store the read position: {err}")),
             })
-    }
-}
-
-/// A record held, decoded: its slots were checked when they were read.
-fn decode(slots: &[u8], probes: &[ProbeEntry]) -> Record {
-    let first = Slot::at(slots);
-    let mut payload = first.first_payload().to_vec();
-    for later in slots.chunks_exact(SLOT_SIZE as usize).skip(1) {
-        payload.extend_from_slice(Slot::at(later).later_payload());
-    }
-    let types = probes
-        .get(first.probe() as usize)
-        .map_or(&[][..], |probe| &probe.types[..]);
-    let mut at = 0;
-    let mut take = |len: usize| {
-        let bytes = payload.get(at..at + len).unwrap_or_default().to_vec();
-        at += len;
-        bytes
-    };
-    let args = types
-        .iter()
-        .map(|arg| {
-            let word = |bytes: Vec<u8>| bytes.try_into().unwrap_or([0; 8]);
-            match arg {
-                ArgType::Int64 => Value::Int(i64::from_le_bytes(word(take(8)))),
-                ArgType::Float64 => Value::Float(f64::from_le_bytes(word(take(8)))),
-                ArgType::String => {
-                    let len = take(2);
-                    let len = u16::from_le_bytes([len[0], len[1]]);
-                    Value::Str(take(usize::from(len)))
-                }
-            }
-        })
-        .collect();
-    Record {
-        // The 48 bits of the stamp: exact below 2^48 records.
-        seq: first.stamp() >> STAMP_SHIFT,
-        slots: first.slots(),
-        time_ns: first.time_ns(),
-        probe: first.probe(),
-        tid: first.tid(),
-        args,
     }
 }
 
