@@ -17,11 +17,13 @@ Gem::Specification.new do |spec|
   spec.metadata["rubygems_mfa_required"] = "true"
 
   spec.files = Dir[
-    "README.md", "docs/*.md", "LICENSE", "Cargo.toml", "Cargo.lock",
+    "README.md", "ARCHITECTURE.md", "docs/*.md", "LICENSE", "Cargo.toml", "Cargo.lock",
     "lib/**/*.rb", "exe/*",
     "ext/static_tracing/{Cargo.toml,extconf.rb}", "ext/static_tracing/src/**/*.rs",
     "ext/stapsdt/Cargo.toml", "ext/stapsdt/src/**/*.rs",
     "ext/trace_report/Cargo.toml", "ext/trace_report/src/**/*.rs",
+    "ext/trace_metrics/Cargo.toml", "ext/trace_metrics/src/**/*.rs",
+    "ext/ruby_glue/Cargo.toml", "ext/ruby_glue/src/**/*.rs",
     "ext/trace_reader/Cargo.toml", "ext/trace_reader/src/**/*.rs"
   ]
   spec.bindir = "exe"

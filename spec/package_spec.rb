@@ -34,7 +34,9 @@ RSpec.describe "Installing static_tracing from a .gem" do
       files = Gem::Package.new(gem_file).contents
       expect(files).to include("lib/static_tracing.rb", "exe/static-tracing", "ext/static_tracing/extconf.rb",
                                "Cargo.lock", "ext/stapsdt/src/elf.rs", "ext/trace_report/src/lib.rs",
-                               "ext/trace_reader/src/lib.rs", "README.md", "docs/api.md", "LICENSE")
+                               "ext/trace_metrics/src/lib.rs", "ext/ruby_glue/src/lib.rs",
+                               "ext/trace_reader/src/lib.rs", "README.md", "ARCHITECTURE.md", "docs/api.md",
+                               "LICENSE")
       expect(files.grep(%r{\A(spec|target|tmp|bench)/})).to be_empty
 
       run(env, RbConfig.ruby, "-S", "gem", "install", "--local", "--no-document", gem_file, chdir: dir)
