@@ -83,6 +83,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(miri, ignore = "reads /proc, which Miri's isolation hides")]
     fn finds_this_processs_threads_by_their_ids() {
         let named = std::thread::Builder::new()
             .name("names-test".to_owned())
