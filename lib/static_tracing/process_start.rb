@@ -13,5 +13,13 @@ module StaticTracing
     def self.parse(stat)
       stat.rpartition(")").last.split[19].to_i
     end
+
+    # The start time of the process whose /proc directory is +dir+, or nil
+    # when it cannot be read (the process exited, or is not this user's).
+    def self.of(dir)
+      parse(File.read(File.join(dir, "stat")))
+    rescue SystemCallError
+      nil
+    end
   end
 end

@@ -76,9 +76,7 @@ module StaticTracing
       # With the pid, it tells a reader that the file is this process's and
       # not one of an earlier process with the same pid.
       def start_time
-        ProcessStart.parse(File.read("/proc/self/stat"))
-      rescue SystemCallError
-        nil
+        ProcessStart.of("/proc/self")
       end
     end
   end

@@ -170,9 +170,7 @@ module StaticTracing
         # The start time of process +pid+ if this user may read it.
         def self.start_time(pid, root)
           dir = File.join(Processes::PROC, pid.to_s)
-          return unless root || File.stat(dir).uid == ::Process.euid
-
-          ProcessStart.parse(File.read(File.join(dir, "stat")))
+          ProcessStart.of(dir) if root || File.stat(dir).uid == ::Process.euid
         rescue SystemCallError
           nil
         end

@@ -103,9 +103,7 @@ module StaticTracing
       end
 
       def start_time(pid)
-        ProcessStart.parse(File.read(File.join(@proc, pid.to_s, "stat")))
-      rescue SystemCallError
-        nil
+        ProcessStart.of(File.join(@proc, pid.to_s))
       end
 
       # Whether +pid+ runs as this process's user, the program this process runs.
