@@ -8,14 +8,13 @@
 //! to make and as many to free. A report decodes one record at a time as
 //! it goes, its Strings borrowed from the buffer.
 
-use stapsdt::ring::format::{slots_for, STAMP_SHIFT};
+use stapsdt::ring::format::{slots_for, STAMP_SHIFT, STRING_LENGTH};
 use stapsdt::ring::{Arg, ProbeEntry, Record, Slot, Value};
 use stapsdt::ArgType;
 use std::fmt;
 
 /// Sequence number, time, probe id and thread, before the arguments.
 const FIXED: usize = 24;
-const STRING_LENGTH: usize = 2;
 
 /// A file's records, in the order pushed: sequence order once
 /// [`Records::sort`] has run.
