@@ -18,7 +18,6 @@ require "rubygems/package"
 # download: they keep their symbols, by which perf and gdb name functions.
 module NativeGem
   PLATFORM = "x86_64-linux"
-  LIBRARIES = %w[static_tracing.so trace_reader.so].freeze
   # Ruby series that ended with no build of the gem's own: their last
   # release. A gem's required_ruby_version is a list of conditions that all
   # hold, so leaving a series out in the middle is said release by release.
@@ -44,6 +43,7 @@ module NativeGem
         spec.platform = PLATFORM
         spec.extensions = []
         spec.required_ruby_version = required_ruby_version(built.keys)
+        # LIBRARIES: the Rakefile's, the two that rake compile builds.
         spec.files = source.files.reject { |file| file.start_with?("ext/", "Cargo.") } +
                      built.keys.product(LIBRARIES).map { |abi, library| "lib/static_tracing/#{abi}/#{library}" }
       end
