@@ -178,8 +178,9 @@ module E2E
     STRLEN = 200
     STRLEN_ENV = { "BPFTRACE_STRLEN" => STRLEN.to_s, "BPFTRACE_MAX_STRLEN" => STRLEN.to_s }.freeze
 
-    def initialize(pid, program, timeout: DEFAULT_TIMEOUT)
-      super(E2E.bpftrace, "-p", pid.to_s, "-e", %(BEGIN { printf("#{READY}\\n"); } #{program}),
+    # +bpftrace+: the command that runs it (another one, in a root).
+    def initialize(pid, program, timeout: DEFAULT_TIMEOUT, bpftrace: [E2E.bpftrace])
+      super(*bpftrace, "-p", pid.to_s, "-e", %(BEGIN { printf("#{READY}\\n"); } #{program}),
             env: STRLEN_ENV)
       wait_for(/^#{READY}$/, timeout:)
     end
@@ -244,8 +245,9 @@ module E2E
       end
     RUBY
 
-    def initialize(setup, env: {})
-      super(RbConfig.ruby, "-I", LIB, "-r", "static_tracing", "-e", "#{setup}\n#{SERVER}", env:)
+    # +ruby+: the Ruby it runs, and how it finds the gem (this checkout's lib/).
+    def initialize(setup, env: {}, ruby: [RbConfig.ruby, "-I", LIB])
+      super(*ruby, "-r", "static_tracing", "-e", "#{setup}\n#{SERVER}", env:)
       wait_for(/^REPL_READY \d+$/)
       @next_id = 0
     end

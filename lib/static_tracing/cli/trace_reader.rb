@@ -4,8 +4,6 @@
 # implementation, in Rust. A library of its own, so that the command loads
 # it, and nothing of the gem's runtime (no watcher, no signal handlers, no
 # stubs), into its own process, and only when it reads a file. It raises
-# the command's errors, which are defined before it loads. In a checkout
-# it sits beside this directory; in an installed gem, in the gem's
-# extension directory on the load path.
-checkout = File.expand_path("../trace_reader.so", __dir__)
-File.exist?(checkout) ? require(checkout) : require("static_tracing/trace_reader")
+# the command's errors, which are defined before it loads.
+require_relative "../native_library"
+StaticTracing::NativeLibrary.require("trace_reader")
