@@ -12,7 +12,8 @@ module StaticTracing
     # and Control): requests go to the control FIFO the process published,
     # its answers come back in its state file, and its ring is read where
     # the state file says it is. Nothing is opened but next to the state
-    # file, and only files PrivateFile would trust (a FIFO for the channel).
+    # file or in the directories its rings may be in (RingDirectories), and
+    # only files PrivateFile would trust (a FIFO for the channel).
     class ControlChannel
       REQUEST_FORMAT = 1
       REPLY_TIMEOUT = 5.0
@@ -71,10 +72,10 @@ module StaticTracing
       def open_ring(write: false, &block)
         ring = recording&.fetch("ring") or raise Error, not_recording_message
 
+        dir = process.process.reach(File.dirname(ring))
         opened = process.process.guard(ring) do
-          PrivateFile.open_checked(process.process.reach(state.dir), File.basename(ring), write:, owner: uid,
-                                                                                          described:,
-                                                                                          limit: MAX_RING_FILE, &block)
+          PrivateFile.open_checked(dir, File.basename(ring), write:, owner: uid, described:,
+                                                             limit: MAX_RING_FILE, &block)
         end
         opened.nil? ? raise(Error, "the ring #{ring} of process #{pid} is gone") : opened
       rescue PrivateFile::Untrusted => e
