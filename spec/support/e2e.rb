@@ -244,8 +244,9 @@ module E2E
       end
     RUBY
 
-    def initialize(setup, env: {})
-      super(RbConfig.ruby, "-I", LIB, "-r", "static_tracing", "-e", "#{setup}\n#{SERVER}", env:)
+    # +prefix+: a command it runs under (unshare, say), which execs it.
+    def initialize(setup, env: {}, prefix: [])
+      super(*prefix, RbConfig.ruby, "-I", LIB, "-r", "static_tracing", "-e", "#{setup}\n#{SERVER}", env:)
       wait_for(/^REPL_READY \d+$/)
       @next_id = 0
     end
@@ -303,8 +304,8 @@ module E2E
     end
 
     # A Ruby child that ran +setup+ and now evaluates what it is sent.
-    def ruby_repl(setup = "", env: {})
-      Repl.new(setup, env:).tap { |child| started_processes << child }
+    def ruby_repl(setup = "", env: {}, prefix: [])
+      Repl.new(setup, env:, prefix:).tap { |child| started_processes << child }
     end
 
     # Waits until the block returns a truthy value, re-evaluating it; returns that value.
