@@ -40,13 +40,21 @@ struct Leftover {
 }
 
 /// The rings in `dir` that no process holds, newest first. `path` is
-/// where to list it if its descriptor cannot be listed.
+/// where to list it if its descriptor cannot be listed. A symbolic link
+/// named as a ring is never a process's ring: it is removed.
 fn leftovers(dir: &File, path: Option<&Path>) -> Vec<Leftover> {
     let mut found: Vec<Leftover> = entry_names(dir, path)
         .into_iter()
         .filter(|name| ring_file_key(name).is_some())
         .filter_map(|name| {
-            let file = sys::open_at(dir, &name).ok()?;
+            let file = match sys::open_at(dir, &name) {
+                Ok(file) => file,
+                Err(err) if err.raw_os_error() == Some(libc::ELOOP) => {
+                    let _ = sys::unlink_at(dir, &name);
+                    return None;
+                }
+                Err(_) => return None,
+            };
             let meta = file.metadata().ok()?;
             if !meta.is_file() || !sys::try_lock_exclusive(&file).unwrap_or(false) {
                 return None;

@@ -128,7 +128,7 @@ impl StubDir {
     /// [`StubDir::open`] for a directory that holds rings (see
     /// `crate::ring_dir`): checked alike, but it may be mounted `noexec`
     /// (a container's `/dev/shm` is). Unless `create`, a directory that
-    /// does not exist is an error (`NotFound` in its reason), not made.
+    /// does not exist is an error ("No such file" in its reason), not made.
     pub fn open_for_rings(path: &Path, create: bool) -> Result<Arc<StubDir>, PlaceError> {
         StubDir::open_for(path, Purpose::Rings { create })
     }
@@ -140,8 +140,8 @@ impl StubDir {
                  a file under such a path (/proc/PID/maps escapes it)"
             )));
         }
-        let create = purpose != Purpose::Rings { create: false };
-        match create.then(|| DirBuilder::new().mode(0o700).create(path)) {
+        let creates = !matches!(purpose, Purpose::Rings { create: false });
+        match creates.then(|| DirBuilder::new().mode(0o700).create(path)) {
             None | Some(Ok(())) => {}
             Some(Err(err)) if err.kind() == io::ErrorKind::AlreadyExists => {}
             Some(Err(err)) => {

@@ -317,6 +317,12 @@ fn the_sweep_removes_an_unheld_fifo_and_keeps_only_the_newest_unheld_rings() {
         .collect();
     let live = leftover_ring(&dir.0, ProcessKey::current(), Duration::from_secs(86_400));
     let _held = hold(&live);
+    let link_key = ProcessKey {
+        pid: key.pid - 100,
+        ..key
+    };
+    let link = dir.0.join(format!("{link_key}.ring"));
+    std::os::unix::fs::symlink(&live, &link).unwrap();
 
     let swept = StubDir::open(&dir.0).unwrap().sweep_once();
 
@@ -331,6 +337,10 @@ fn the_sweep_removes_an_unheld_fifo_and_keeps_only_the_newest_unheld_rings() {
         );
     }
     assert!(live.exists(), "a ring its process holds is never swept");
+    assert!(
+        fs::symlink_metadata(&link).is_err(),
+        "a link named as a ring is no process's ring"
+    );
 }
 
 /// Holds `path` as a live process holds its files: an open file
