@@ -40,7 +40,7 @@ module Bench
                     params: { rounds:, buffer_mib: BUFFER / MIB, timed: TIMED, fill: FILL },
                     measurement: "measurement", lap: "lap", ns_per_event: ["ns/event", :d1],
                     spread_ns: ["min..max", :r1], ratio_lttng: ["/ LTTng-UST", :x],
-                    ratio_spread: ["min..max", :r1], resident_mib: ["RSS MiB", :d1])
+                    ratio_spread: ["min..max", :r2], resident_mib: ["RSS MiB", :d1])
       lttng = LttngSession.new(work_file("lttng"))
       results = measure(lttng)
       rows(results, lttng.skipped).each { |row| table.row(row) }
