@@ -188,6 +188,7 @@ module RecorderStall
                                       dump_dir: @dir, dump_interval: 0)
       end
       @ring_bytes = status["size"]
+      @ring_dir = File.dirname(status["ring"])
       @slots = @ring_bytes / StaticTracing::RecordingOptions::SLOT_SIZE
       File.open(status["ring"], "rb") do |ring|
         step(round, :fill) { wait_until { ring.pread(8, RecorderStall::RING_HEAD_OFFSET).unpack1("Q<") >= @slots } }
@@ -225,7 +226,7 @@ module RecorderStall
     end
 
     def report
-      { ring_bytes: @ring_bytes, slots: @slots, dump_bytes: @dump_bytes, calls: @caller.calls,
+      { ring_bytes: @ring_bytes, ring_dir: @ring_dir, slots: @slots, dump_bytes: @dump_bytes, calls: @caller.calls,
         gaps_dropped: @caller.gaps_dropped,
         gap_floor_ns: GAP_FLOOR_NS, baseline_seconds: BASELINE_SECONDS, writes_ms: TimedSnapshots::WRITES,
         steps: @steps.map do |step|

@@ -245,9 +245,10 @@ module E2E
       end
     RUBY
 
-    # +ruby+: the Ruby it runs, and how it finds the gem (this checkout's lib/).
-    def initialize(setup, env: {}, ruby: [RbConfig.ruby, "-I", LIB])
-      super(*ruby, "-r", "static_tracing", "-e", "#{setup}\n#{SERVER}", env:)
+    # +ruby+: the Ruby it runs, and how it finds the gem (this checkout's lib/);
+    # +prefix+: a command it runs under (unshare, say), which execs it.
+    def initialize(setup, env: {}, ruby: [RbConfig.ruby, "-I", LIB], prefix: [])
+      super(*prefix, *ruby, "-r", "static_tracing", "-e", "#{setup}\n#{SERVER}", env:)
       wait_for(/^REPL_READY \d+$/)
       @next_id = 0
     end
@@ -305,8 +306,8 @@ module E2E
     end
 
     # A Ruby child that ran +setup+ and now evaluates what it is sent.
-    def ruby_repl(setup = "", env: {})
-      Repl.new(setup, env:).tap { |child| started_processes << child }
+    def ruby_repl(setup = "", env: {}, prefix: [])
+      Repl.new(setup, env:, prefix:).tap { |child| started_processes << child }
     end
 
     # Waits until the block returns a truthy value, re-evaluating it; returns that value.

@@ -5,6 +5,7 @@ require "securerandom"
 require_relative "../recording_options"
 require_relative "process_state"
 require_relative "private_file"
+require_relative "trace_file"
 
 module StaticTracing
   module CLI
@@ -12,7 +13,8 @@ module StaticTracing
     # and Control): requests go to the control FIFO the process published,
     # its answers come back in its state file, and its ring is read where
     # the state file says it is. Nothing is opened but next to the state
-    # file, and only files PrivateFile would trust (a FIFO for the channel).
+    # file or in the directories its rings may be in (RingDirectories), and
+    # only files PrivateFile would trust (a FIFO for the channel).
     class ControlChannel
       REQUEST_FORMAT = 1
       REPLY_TIMEOUT = 5.0
@@ -68,17 +70,29 @@ module StaticTracing
       # Yields the process's ring open (for writing too with +write+: a
       # reader without overwrite stores how far it read), checked as
       # PrivateFile checks; returns what the block returns.
+      # The rings killed processes left beside it are bounded first, as a
+      # process starting bounds them (ext/stapsdt/src/leftovers.rs).
       def open_ring(write: false, &block)
         ring = recording&.fetch("ring") or raise Error, not_recording_message
 
+        dir = process.process.reach(File.dirname(ring))
         opened = process.process.guard(ring) do
-          PrivateFile.open_checked(process.process.reach(state.dir), File.basename(ring), write:, owner: uid,
-                                                                                          described:,
-                                                                                          limit: MAX_RING_FILE, &block)
+          sweep_leftover_rings(dir)
+          PrivateFile.open_checked(dir, File.basename(ring), write:, owner: uid, described:,
+                                                             limit: MAX_RING_FILE, &block)
         end
         opened.nil? ? raise(Error, "the ring #{ring} of process #{pid} is gone") : opened
       rescue PrivateFile::Untrusted => e
         raise Error, "refusing the ring #{ring} of process #{pid}: #{e.message}"
+      end
+
+      # Only in a directory PrivateFile trusts; a sweep that cannot be made
+      # leaves the rings as they are.
+      def sweep_leftover_rings(dir)
+        rules = PrivateFile::Rules.new(owner: uid, described:)
+        PrivateFile.open_directory(dir, rules) { |opened| TraceFile.reader.sweep_leftover_rings(opened.fileno) }
+      rescue PrivateFile::Untrusted, SystemCallError, IOError
+        nil
       end
 
       # Why the process could not create files in the directory +dir+ (a

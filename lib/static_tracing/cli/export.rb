@@ -228,12 +228,13 @@ module StaticTracing
           nil
         end
 
-        # As ControlChannel#open_ring: only next to its state file, only a
-        # file its user could have written, read only.
-        def open_ring(published, ring, &)
+        # As ControlChannel#open_ring: only where its state file says (which
+        # ProcessState checked), only a file its user could have written,
+        # read only.
+        def open_ring(_published, ring, &)
           process = @state.process
           opened = process.guard(ring) do
-            PrivateFile.open_checked(process.reach(published.dir), File.basename(ring),
+            PrivateFile.open_checked(process.reach(File.dirname(ring)), File.basename(ring),
                                      owner: @state.uid, described: "the uid process #{pid} runs as",
                                      limit: ControlChannel::MAX_RING_FILE, &)
           end

@@ -2,6 +2,7 @@
 
 require "json"
 require_relative "../process_start"
+require_relative "../ring_directories"
 
 module StaticTracing
   module Rack
@@ -18,9 +19,10 @@ module StaticTracing
     # The workers are this process and the other children of its parent
     # (a unicorn or puma master) that run the same program as the same
     # user; a process whose parent runs another program (a server without
-    # workers) serves its own ring only. Each worker's ring is found next
-    # to this process's state file, by the worker's own state file there,
-    # which must be that process's (its pid and start time). Rings are
+    # workers) serves its own ring only. Each worker's ring is found by
+    # the worker's own state file, next to this process's, which must be
+    # that process's (its pid and start time), in a directory this
+    # process's rings may be in too (RingDirectories). Rings are
     # read only: nothing is asked of a worker, nothing starts recording,
     # and the rings' reader (a native library of its own) is loaded at the
     # first scrape, not before. A scrape reads with the GVL released.
@@ -111,7 +113,15 @@ module StaticTracing
         return unless state["pid"] == pid && state["start_time"] == start_time
 
         ring = state.dig("recorder", "ring")
-        ring if ring == File.join(dir, "#{name}.ring")
+        ring if RingDirectories.holds?(ring_dirs(dir), ring, "#{name}.ring")
+      end
+
+      # Where the workers keep their rings: where this process would (they
+      # share its environment), as RingDirectories says.
+      def ring_dirs(dir)
+        named = ENV.fetch(RingDirectories::SETTING, "")
+        named = File.join(Dir.pwd, named) unless named.empty? || named.start_with?("/")
+        RingDirectories.of(named:, state_dir: dir, uid: ::Process.euid)
       end
 
       def read_state(path)
