@@ -58,12 +58,18 @@ module Bench
       return "probes cannot be recorded on #{RUBY_PLATFORM}" unless StaticTracing.supported?
 
       needed = (2 * size_bytes) + SPARE_BYTES
-      free = [["free space in #{Dir.tmpdir}", free_bytes(Dir.tmpdir)], ["available memory", available_memory]]
-      short = free.find { |_, bytes| bytes.nil? || bytes < needed } or return
+      free = [["free space in #{Dir.tmpdir}", free_bytes(Dir.tmpdir), needed],
+              ["free space in #{ring_dir}", free_bytes(ring_dir), size_bytes + SPARE_BYTES],
+              ["available memory", available_memory, needed]]
+      short = free.find { |_, bytes, wanted| bytes.nil? || bytes < wanted } or return
 
-      "#{short.first} is #{short.last ? "#{short.last / MIB} MiB" : "unknown"}, the ring and a snapshot need " \
-        "#{needed / MIB} MiB (TMPDIR chooses the directory)"
+      "#{short[0]} is #{short[1] ? "#{short[1] / MIB} MiB" : "unknown"}, #{short[2] / MIB} MiB are needed for " \
+        "the ring and a snapshot (TMPDIR chooses the snapshots' directory, STATIC_TRACING_RING_DIR the ring's)"
     end
+
+    # Where the process's ring goes, when the temporary directory is not
+    # in memory (docs/recording.md, "Where rings live").
+    def ring_dir = ENV.fetch("STATIC_TRACING_RING_DIR", "/dev/shm")
 
     def size_bytes = StaticTracing::RecordingOptions.size(SIZE)
 
@@ -84,7 +90,7 @@ module Bench
       result = JSON.parse(output.lines.grep(/\A\{/).last, symbolize_names: true)
       steps = result[:steps].group_by { |step| step[:step] }
       STEPS.each { |step, what| table.row(row(step, what, steps.fetch(step), result)) }
-      notes(table, result, filesystem(dir))
+      notes(table, result, filesystem(result[:ring_dir]))
     end
 
     def row(step, what, rounds, result)
@@ -128,7 +134,7 @@ module Bench
 
     def filesystem(dir)
       type, status = Open3.capture2("stat", "-f", "-c", "%T", dir)
-      status.success? ? "#{type.strip} (#{Dir.tmpdir})" : Dir.tmpdir
+      status.success? ? "#{type.strip} (#{dir})" : dir
     end
   end
 end

@@ -25,6 +25,14 @@ module Bench
     BOOT_1000_MS = 2.0
     # Per-probe load cost at 10,000 over that at 1,000: linear within this.
     LINEAR = 1.25
+    # A recorded fire(Integer) on a fresh ring's first lap: at most this
+    # times one on a ring that has wrapped.
+    FIRST_LAP = 1.1
+    # Beside LTTng-UST's event of one 64-bit field from C (bench/lttng.rb),
+    # on the same lap of fresh or wrapped buffers: our ring written from
+    # Rust, its clock read included, and a recorded fire(Integer) from Ruby.
+    RUST_OVER_LTTNG = 0.75
+    RUBY_OVER_LTTNG = 1.0
     # A recorded LatencyTracer call: at most this times the same call with
     # bpftrace attached.
     RECORDED_OVER_ATTACHED = 0.25
@@ -121,7 +129,7 @@ module Bench
                              "<= #{BOOT_1000_MS.to_i} ms") { boot },
          target("attach.wrap", "attach mode, #{Attach::CALLERS} threads calling: (un)wrapped after a semaphore " \
                                "change <= attach_delay (median)") { wrap }] +
-        recorder_rows + reading_rows + stall_rows + block_rows
+        recorder_rows + lttng_rows + reading_rows + stall_rows + block_rows
     end
 
     # Block probes against a method that yields the same block.
@@ -284,6 +292,32 @@ module Bench
     # A thread calling a recorded method while a large ring starts or is
     # snapshotted (bench/recorder_stall.rb), beside its stall with nothing
     # else going on.
+    # The first lap against the next, and the recorder beside LTTng-UST.
+    def lttng_rows
+      laps = { first_lap: "the first lap", wrapped: "a wrapped ring" }
+      [target("lttng.first_lap", "recorded fire(Integer) on a fresh ring's first lap / on a wrapped ring <= " \
+                                 "#{FIRST_LAP}") do
+         row = "lttng.ruby.first_lap"
+         [value(:lttng, row, :ratio_to_wrapped), FIRST_LAP, "x wrapped",
+          { spread: value(:lttng, row, :ratio_to_wrapped_spread), resident_mib: value(:lttng, row, :resident_mib),
+            resident_wrapped_mib: value(:lttng, "lttng.ruby.wrapped", :resident_mib) }]
+       end] +
+        laps.flat_map do |lap, words|
+          [target("lttng.rust.#{lap}", "our ring from Rust (clock read included), on #{words} / LTTng-UST's " \
+                                       "event <= #{RUST_OVER_LTTNG}") do
+             lttng_ratio("lttng.rust.#{lap}", RUST_OVER_LTTNG)
+           end,
+           target("lttng.ruby.#{lap}", "recorded fire(Integer) from Ruby, on #{words} / LTTng-UST's event from C " \
+                                       "<= #{RUBY_OVER_LTTNG}") { lttng_ratio("lttng.ruby.#{lap}", RUBY_OVER_LTTNG) }]
+        end
+    end
+
+    def lttng_ratio(row, limit)
+      ratio = value(:lttng, row, :ratio_lttng) or raise Missing, "LTTng-UST was not measured (see its table)"
+
+      [ratio, limit, "x LTTng-UST", { spread: value(:lttng, row, :ratio_spread) }]
+    end
+
     def stall_rows
       RecorderStall::TARGETS.merge(RecorderStall::INFORMATION).map do |step, name|
         limit = STALL_MS if RecorderStall::TARGETS.key?(step)

@@ -2,7 +2,8 @@
 
 require_relative "static_tracing/version"
 require_relative "static_tracing/errors"
-require "static_tracing/static_tracing"
+require_relative "static_tracing/native_library"
+StaticTracing::NativeLibrary.require("static_tracing")
 require_relative "static_tracing/names"
 require_relative "static_tracing/registry"
 require_relative "static_tracing/provider"

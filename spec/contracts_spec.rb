@@ -67,6 +67,27 @@ RSpec.describe "Contracts between the gem and the static-tracing command", :subp
       .to eq(%w[$STATIC_TRACING_DIR default])
   end
 
+  # The process picks where its ring goes (ext/stapsdt/src/ring_dir.rs);
+  # the command believes a ring only where RingDirectories says it may be.
+  it "puts the ring where the command reads it: the directory named, a stub directory in memory, else /dev/shm" do
+    in_memory = Array.new(2) { Dir.mktmpdir("contracts", "/dev/shm") }
+    named, memory_stubs = in_memory
+    disk_stubs = private_dir("disk_stubs")
+    {
+      { "STATIC_TRACING_DIR" => disk_stubs, "STATIC_TRACING_RING_DIR" => named } => named,
+      { "STATIC_TRACING_DIR" => memory_stubs } => memory_stubs,
+      { "STATIC_TRACING_DIR" => disk_stubs } => "/dev/shm/static_tracing-#{Process.euid}"
+    }.each do |env, dir|
+      app = child(env.merge("XDG_RUNTIME_DIR" => nil))
+      ring = app.evaluate("StaticTracing::Recorder.start(size: '64K')['ring']")
+      expect(File.dirname(ring)).to eq(dir), env.inspect
+      expect(StaticTracing::CLI::ProcessState.new(app.pid).read&.recorder&.fetch("ring")).to eq(ring), env.inspect
+      app.kill
+    end
+  ensure
+    FileUtils.rm_rf(in_memory) if in_memory
+  end
+
   it "accepts as the toggle signal exactly the signals the command will send" do
     accepted = Signal.list.keys.reject { |name| name == "EXIT" }.select do |name|
       StaticTracing::Configuration.parse_signal(name, "signal")

@@ -186,6 +186,7 @@ module RecorderStall
                                       dump_dir: @dir, dump_interval: 0)
       end
       @ring_bytes = status["size"]
+      @ring_dir = File.dirname(status["ring"])
       @slots = @ring_bytes / StaticTracing.trace_reader::SLOT_SIZE
       File.open(status["ring"], "rb") do |ring|
         head = StaticTracing.trace_reader::HEAD_OFFSET
@@ -224,7 +225,7 @@ module RecorderStall
     end
 
     def report
-      { ring_bytes: @ring_bytes, slots: @slots, dump_bytes: @dump_bytes, calls: @caller.calls,
+      { ring_bytes: @ring_bytes, ring_dir: @ring_dir, slots: @slots, dump_bytes: @dump_bytes, calls: @caller.calls,
         gaps_dropped: @caller.gaps_dropped,
         gap_floor_ns: GAP_FLOOR_NS, baseline_seconds: BASELINE_SECONDS, writes_ms: TimedSnapshots::WRITES,
         steps: @steps.map do |step|

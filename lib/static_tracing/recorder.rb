@@ -11,7 +11,7 @@ require_relative "recorder/launcher"
 
 module StaticTracing
   # The recorder: the same probes a tracer attaches to, recorded by the
-  # process itself into a ring of small records in a file next to its stubs
+  # process itself into a ring of small records in a file in memory
   # (docs/recording.md), where `static-tracing` reads them with no root, no
   # capability and no BPF.
   #
@@ -243,8 +243,9 @@ module StaticTracing
         reserve_start
         begin
           settings = Snapshots.checked_directory(settings)
-          path = Native.recorder_start(settings.ring_size, settings.flight, Watcher.wake_fd,
-                                       ProbeTable.names(settings))
+          path, on_disk = Native.recorder_start(settings.ring_size, settings.flight, Watcher.wake_fd,
+                                                ProbeTable.names(settings))
+          StaticTracing.warn_once([:ring_on_disk, File.dirname(path)], Status.on_disk(path, on_disk)) if on_disk
           @lock.synchronize do
             install(Recording.new(id:, by:, settings:, path:, armed: {}.compare_by_identity, dumps: [],
                                   lease:, lease_until: lease && (now + lease)), cancelled)

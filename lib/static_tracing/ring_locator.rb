@@ -42,7 +42,7 @@ module StaticTracing
       process = state.process
       rules = { write:, owner: state.uid, described: "the uid process #{state.pid} runs as", limit: MAX_RING_FILE }
       opened = process.guard(path) do
-        CLI::PrivateFile.open_checked(process.reach(published.dir), File.basename(path), **rules, &block)
+        CLI::PrivateFile.open_checked(process.reach(File.dirname(path)), File.basename(path), **rules, &block)
       end
       opened.nil? ? raise(CLI::Error, "the ring #{path} of process #{state.pid} is gone") : opened
     rescue CLI::PrivateFile::Untrusted => e

@@ -178,6 +178,54 @@ RSpec.describe StaticTracing::CLI::ProcessState do
     end
   end
 
+  # A state file says where the ring is; it is believed only where the
+  # process keeps rings (StaticTracing::RingDirectories), under its name.
+  describe "#read, placing the ring" do
+    let(:dir) { File.join(root, "dir") }
+    let(:env) { { "STATIC_TRACING_DIR" => dir } }
+    let!(:process) { fake_process(env:) }
+
+    def ring_name
+      state_file_name.sub(/\.state\z/, ".ring")
+    end
+
+    def ring_seen(ring)
+      publish(dir, state("recorder" => { "ring" => ring, "flight" => true }))
+      process.read.recorder&.fetch("ring")
+    end
+
+    it "believes a ring next to the state file, or in the process's /dev/shm" do
+      [File.join(dir, ring_name), File.join("/dev/shm/static_tracing-#{uid}", ring_name)].each do |ring|
+        expect(ring_seen(ring)).to eq(ring)
+      end
+    end
+
+    it "believes no ring anywhere else, nor under another name: the process is then not recording" do
+      [File.join(root, "elsewhere", ring_name), File.join("/dev/shm/static_tracing-#{uid + 1}", ring_name),
+       File.join(dir, "1-1.ring"), File.join(dir, "..", "dir", ring_name), 42].each do |ring|
+        expect(ring_seen(ring)).to be_nil, ring.inspect
+      end
+    end
+
+    context "with STATIC_TRACING_RING_DIR" do
+      let(:env) { { "STATIC_TRACING_DIR" => dir, "STATIC_TRACING_RING_DIR" => File.join(root, "rings") } }
+
+      it "believes a ring in the directory it names too" do
+        ring = File.join(root, "rings", ring_name)
+        expect(ring_seen(ring)).to eq(ring)
+      end
+    end
+
+    context "with a relative STATIC_TRACING_RING_DIR" do
+      let(:env) { { "STATIC_TRACING_DIR" => dir, "STATIC_TRACING_RING_DIR" => "rings" } }
+
+      it "resolves it against the process's working directory" do
+        ring = File.join(cwd, "rings", ring_name)
+        expect(ring_seen(ring)).to eq(ring)
+      end
+    end
+  end
+
   describe "#read in a container" do
     let(:own_pid) { 7 }
 

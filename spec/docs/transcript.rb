@@ -6,8 +6,8 @@ module Docs
   # normalised: colours, trailing blanks and bpftrace's version-dependent
   # chatter dropped (without_bpftrace_chatter), a histogram's rows
   # (whose buckets vary from run to run; bpftrace's or static-tracing's)
-  # counted as one, the uid in
-  # /tmp/static_tracing-UID made UID, and the numbers that change between
+  # counted as one, the uid in /tmp/static_tracing-UID and
+  # /dev/shm/static_tracing-UID made UID, and the numbers that change between
   # runs (ID_NUMBER: PIDs, ports, pid namespaces) renamed in order of first
   # appearance, so that the same PID must appear in the same places; every
   # other number, a count say, must be as shown. "..." in the
@@ -69,7 +69,7 @@ module Docs
     end
 
     def self.rename_numbers(line, numbers)
-      line.gsub(%r{/tmp/static_tracing-\d+}, "/tmp/static_tracing-UID")
+      line.gsub(%r{(/tmp|/dev/shm)/static_tracing-\d+}, "\\1/static_tracing-UID")
           .gsub(ID_NUMBER) { |number| numbers[number] ||= "<n#{numbers.size + 1}>" }
     end
 

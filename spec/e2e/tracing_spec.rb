@@ -90,7 +90,10 @@ RSpec.describe "Tracing runtime probes with bpftrace", :e2e do
     event = "sdt_e2e_app:hello"
     # perf's probe events are the system's, named after the probe: two runs
     # at once (the matrix lane's Rubies) take turns.
+    recorder = nil
     holding_the_systems_probe_events do
+      # One left by a run that was killed before its end would refuse ours.
+      Open3.capture2e("perf", "probe", "-d", event)
       Dir.mktmpdir do |dir|
         # A cache of our own: perf's shared one remembers stubs of processes
         # long gone, and refuses to add an SDT event while it does.
@@ -102,22 +105,48 @@ RSpec.describe "Tracing runtime probes with bpftrace", :e2e do
         perf.call("buildid-cache", "--add", path)
         perf.call("probe", "-x", path, "-a", event)
         data = File.join(dir, "perf.data")
-        recorder = E2E::Child.new("perf", "record", "-q", "-e", event, "-p", app.pid.to_s, "-o", data)
+        control, acknowledged = %w[control ack].map { |name| File.join(dir, name).tap { File.mkfifo(_1) } }
+        # Started with its event off (-D -1), perf turns it on when told on
+        # its control FIFO and answers "ack" once it has: every call after
+        # that answer is one perf must record.
+        recorder = E2E::Child.new("perf", "record", "-q", "-D", "-1", "--control", "fifo:#{control},#{acknowledged}",
+                                  "-e", event, "-p", app.pid.to_s, "-o", data)
         started_processes << recorder
         eventually("perf registered the probe") { app.evaluate("hello.enabled?") }
-        # perf turns its event on a moment after the probe is registered, and
-        # says nothing when it has: fire a numbered run long enough to cover
-        # that moment; perf must then see every call from some point on.
-        fired = app.evaluate("(1..300).map { |n| sleep 0.002; hello.fire(n, 'perf', 0.0) }")
+        perf_enable(control, acknowledged, recorder)
+        fired = app.evaluate("(1..300).map { |n| hello.fire(n, 'perf', 0.0) }")
         expect(fired).to all(be(true))
         recorder.stop("INT")
         script = perf.call("script", "-i", data, "-F", "event,trace")
         seen = script.scan(/#{event}: \(\h+\) arg1=(\d+)/).flatten.map(&:to_i)
-        expect(seen).not_to be_empty
-        expect(seen).to eq((seen.first..300).to_a)
+        expect(seen).to eq((1..300).to_a)
       ensure
+        # The event cannot be removed while a perf record holds it.
+        recorder&.kill
         Open3.capture2e("perf", "probe", "-d", event)
       end
+    end
+  end
+
+  # Tells perf record, started with --control fifo:CONTROL,ACK, to turn its
+  # events on, and returns once it answers that it has (30 s at most).
+  def perf_enable(control, acknowledged, recorder)
+    # Opened for reading and writing, as perf opens them: neither open waits for the other end.
+    File.open(acknowledged, File::RDWR | File::NONBLOCK) do |answers|
+      File.open(control, File::RDWR) { |commands| commands.write("enable\n") }
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30
+      answer = +""
+      # perf answers "ack\n" and the string's NUL.
+      until answer.include?("\n")
+        left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        raise "perf exited (#{recorder.wait.inspect}) before it turned its event on:\n#{recorder.output}" unless
+          recorder.alive?
+        raise "perf did not turn its event on within 30 s:\n#{recorder.output}" unless left.positive?
+
+        chunk = answers.wait_readable([left, 0.1].min) && answers.read_nonblock(64, exception: false)
+        answer << chunk if chunk.is_a?(String)
+      end
+      expect(answer).to start_with("ack\n")
     end
   end
 

@@ -14,21 +14,29 @@ RSpec.describe "The recorder's harmlessness" do
 
   let(:recorder) { StaticTracing::Recorder }
 
-  # This process's ring files (others may record in the same directory).
+  # This process's ring files, wherever its rings may be (others may
+  # record in the same directories).
   def ring_files
-    dir = File.dirname(StaticTracing::State.path)
-    Dir.children(dir).grep(/\A#{Process.pid}-\d+\.ring\z/)
+    dirs = StaticTracing::CLI::ProcessState.new(Process.pid).ring_dirs(StaticTracing::State.path)
+    dirs.select { |dir| Dir.exist?(dir) }.flat_map { |dir| Dir.children(dir) }.grep(/\A#{Process.pid}-\d+\.ring\z/)
   end
+
+  # Where the children's rings go: a directory of this example's, in memory.
+  let(:ring_dir) { Dir.mktmpdir("recorder_harm", "/dev/shm") }
 
   # A Ruby child with the gem, allowed files of +kib+ KiB at most (ulimit
   # -f), as a process started under that limit has it from its first line.
   def limited_ruby(kib, script, env: {})
     command = ["sh", "-c", "ulimit -f #{kib} && exec \"$@\"", "sh",
                RbConfig.ruby, "-I", E2E::LIB, "-r", "static_tracing", "-e", script]
-    E2E::Child.new(*command, env: { "STATIC_TRACING_DIR" => @dir, **env }).tap { |child| started_processes << child }
+    E2E::Child.new(*command, env: { "STATIC_TRACING_DIR" => @dir, "STATIC_TRACING_RING_DIR" => ring_dir, **env })
+              .tap { |child| started_processes << child }
   end
 
-  after { stop_started_processes }
+  after do
+    stop_started_processes
+    FileUtils.rm_rf(ring_dir)
+  end
 
   describe "a file-size limit (ulimit -f)" do
     it "refuses a boot recording (STATIC_TRACING_RECORD) the limit cannot hold with one line; the app boots" do
@@ -42,7 +50,7 @@ RSpec.describe "The recorder's harmlessness" do
       warning = child.output.lines.grep(/STATIC_TRACING_RECORD/)
       expect(warning.size).to eq(1), child.output
       expect(warning.first).to match(/ulimit -f/).and match(/--size/)
-      expect(Dir.children(@dir).grep(/\.ring\z/)).to be_empty
+      expect(Dir.children(ring_dir).grep(/\.ring\z/)).to be_empty
     end
 
     it "refuses Recorder.start past the limit with a RecorderError, and a ring within it records" do

@@ -90,7 +90,7 @@ RSpec.describe "Starting a recording that takes time", :subprocess do
                                            "started")
     expect(recorder_status).to be_nil
     expect(app.evaluate("SlowApp.instance_method(:index).owner.name")).to eq("SlowApp")
-    expect(Dir.children(published_state(app.pid).dir).grep(/\A#{app.pid}-\d+\.ring\z/)).to be_empty
+    expect(File.exist?(ring_path(app.pid))).to be(false)
   end
 
   it "refuses a request it reads after the command gave up on it, which the command said it would" do

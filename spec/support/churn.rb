@@ -67,9 +67,9 @@ module Churn
     # go (measured: 100 kB over 20,000 semaphore cycles, 540 kB at most in
     # a full `rake soak`, by less and less as it goes on).
     RSS_KB = 1024
-    # Ruby's live objects after a full GC may be this share more: the
-    # objects of requests in flight when the GC ran (a few hundred of
-    # 27,000).
+    # Ruby's live objects after a full GC, counted while the workers wait
+    # between two calls, may be this share more: what the threads
+    # answering requests hold then (measured: 100 to 120 of 28,800).
     LIVE_SLOTS_SHARE = 0.02
     # Descriptors, mappings of files (stubs, and others), threads and the
     # process's files in its stub directory are held for good or not at

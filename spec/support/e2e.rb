@@ -178,8 +178,9 @@ module E2E
     STRLEN = 200
     STRLEN_ENV = { "BPFTRACE_STRLEN" => STRLEN.to_s, "BPFTRACE_MAX_STRLEN" => STRLEN.to_s }.freeze
 
-    def initialize(pid, program, timeout: DEFAULT_TIMEOUT)
-      super(E2E.bpftrace, "-p", pid.to_s, "-e", %(BEGIN { printf("#{READY}\\n"); } #{program}),
+    # +bpftrace+: the command that runs it (another one, in a root).
+    def initialize(pid, program, timeout: DEFAULT_TIMEOUT, bpftrace: [E2E.bpftrace])
+      super(*bpftrace, "-p", pid.to_s, "-e", %(BEGIN { printf("#{READY}\\n"); } #{program}),
             env: STRLEN_ENV)
       wait_for(/^#{READY}$/, timeout:)
     end
@@ -244,8 +245,10 @@ module E2E
       end
     RUBY
 
-    def initialize(setup, env: {})
-      super(RbConfig.ruby, "-I", LIB, "-r", "static_tracing", "-e", "#{setup}\n#{SERVER}", env:)
+    # +ruby+: the Ruby it runs, and how it finds the gem (this checkout's lib/);
+    # +prefix+: a command it runs under (unshare, say), which execs it.
+    def initialize(setup, env: {}, ruby: [RbConfig.ruby, "-I", LIB], prefix: [])
+      super(*prefix, *ruby, "-r", "static_tracing", "-e", "#{setup}\n#{SERVER}", env:)
       wait_for(/^REPL_READY \d+$/)
       @next_id = 0
     end
@@ -303,8 +306,8 @@ module E2E
     end
 
     # A Ruby child that ran +setup+ and now evaluates what it is sent.
-    def ruby_repl(setup = "", env: {})
-      Repl.new(setup, env:).tap { |child| started_processes << child }
+    def ruby_repl(setup = "", env: {}, prefix: [])
+      Repl.new(setup, env:, prefix:).tap { |child| started_processes << child }
     end
 
     # Waits until the block returns a truthy value, re-evaluating it; returns that value.

@@ -30,6 +30,10 @@ module Lanes
               why: "the .gem's files and its offline install follow from the gemspec; each Ruby of the matrix " \
                    "builds the extension through the same extconf.rb and Makefile (rake compile) and loads it in " \
                    "every other spec. A release build from nothing, 2 minutes a Ruby"),
+    Entry.new(file: "spec/platform_gem_spec.rb",
+              why: "runs every Ruby itself: the precompiled gem installed and traced under the host's Ruby and, " \
+                   "in a root with no toolchain, under each Ruby of the matrix, whose builds (bin/matrix --compile) " \
+                   "it packs; the matrix lane then finds them built"),
     Entry.new(file: "spec/bench_support_spec.rb",
               why: "holds bench/support.rb's copies of the specs' rules equal to them, text for text; " \
                    "the benchmark runs on the development machine"),

@@ -84,9 +84,14 @@ module E2E
       end
     end
 
-    # Where process +pid+'s ring would be: next to its state file.
+    # Where process +pid+'s ring is: in whichever directory it may keep
+    # rings in (CLI::ProcessState#ring_dirs) holds one of its name; where
+    # none does, a path in the first of them, which does not exist.
     def ring_path(pid)
-      File.join(published_state(pid).dir, StubNames.ring_file(pid))
+      state = published_state(pid)
+      paths = StaticTracing::CLI::ProcessState.new(pid).ring_dirs(state.path)
+                                              .map { |dir| File.join(dir, StubNames.ring_file(pid)) }
+      paths.find { |path| File.exist?(path) } || paths.first
     end
   end
 end

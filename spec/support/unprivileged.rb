@@ -15,8 +15,9 @@ module E2E
     SETPRIV = ["setpriv", "--reuid=#{UID}", "--regid=#{GID}", "--clear-groups", "--inh-caps=-all",
                "--bounding-set=-all", "--no-new-privs"].freeze
     # Where the gem's files go for a process of that user: its own default
-    # stub directory, whatever root's environment says.
-    ENV_RESET = { "STATIC_TRACING_DIR" => nil, "XDG_RUNTIME_DIR" => nil, "HOME" => "/" }.freeze
+    # stub and ring directories, whatever root's environment says.
+    ENV_RESET = { "STATIC_TRACING_DIR" => nil, "XDG_RUNTIME_DIR" => nil, "STATIC_TRACING_RING_DIR" => nil,
+                  "HOME" => "/" }.freeze
     # Hides tracefs and debugfs (where tracefs also shows) under an empty,
     # read-only tmpfs, in a mount namespace of its own, then runs "$@".
     HIDE_TRACEFS = <<~'SH'

@@ -8,8 +8,8 @@
 //! to the stub's `nop` reads them.
 //!
 //! [`ring`] is the recorder's side of the same probes: a ring of records in a
-//! shared-memory file that the `static-tracing` command reads from outside
-//! the process (docs/recording.md).
+//! shared-memory file (in memory: [`ring_dir`]) that the `static-tracing`
+//! command reads from outside the process (docs/recording.md).
 //!
 //! Nothing here knows about Ruby.
 
@@ -21,11 +21,15 @@ pub mod descriptors;
 pub mod elf;
 #[cfg(unix)]
 pub mod image;
+#[cfg(unix)]
+pub mod leftovers;
 pub mod names;
 #[cfg(unix)]
 pub mod owned_files;
 pub mod probe;
 pub mod ring;
+#[cfg(unix)]
+pub mod ring_dir;
 #[cfg(unix)]
 pub mod ring_file;
 #[cfg(unix)]

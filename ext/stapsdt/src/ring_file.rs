@@ -1,22 +1,26 @@
-//! The recorder's ring in a file: `<pid>-<pidns>.ring`, next to this
-//! process's state file, where the `static-tracing` command finds it and
-//! reads it while the process writes it (see docs/recording.md).
+//! The recorder's ring in a file: `<pid>-<pidns>.ring`, in memory (see
+//! [`crate::ring_dir`] for the directory), named by this process's state
+//! file, where the `static-tracing` command finds it and reads it while the
+//! process writes it (see docs/recording.md).
 //!
 //! It is created as every file a process keeps in a stub directory is
 //! (private, locked for the process's life, removed when it is done with,
 //! or at exit), with every block reserved before it is mapped: a page the
 //! file system could not supply when it is first written would kill the
-//! process with SIGBUS in the middle of a traced call. A ring past the
-//! process's file-size limit, or larger than its file system's free space,
-//! is refused before the file is made. Then it is mapped
-//! shared, so that a record written here is in the file, for the reader,
-//! with no copy and no system call.
+//! process with SIGBUS in the middle of a traced call (a full tmpfs does
+//! that as a full disk does). A ring past the process's file-size limit, or
+//! larger than its file system's free space once the leftovers of killed
+//! processes made room (see [`crate::leftovers`]), is refused before the
+//! file is made. Then it is mapped shared, so that a record written here is
+//! in the file, for the reader, with no copy and no system call, and its
+//! pages faulted in writable: the first lap costs what the next does.
 
 use crate::owned_files;
 use crate::ring::{ConfigError, Ring, RingConfig};
+use crate::ring_dir::{self, RingDirError, SETTING, SHARED_MEMORY};
 use crate::state_file;
 use crate::stub_dir::{ring_file_name, ProcessKey, StubDir};
-use crate::sys::{self, SharedMapping};
+use crate::sys::{self, Populate, SharedMapping};
 use std::fmt;
 use std::fs::File;
 use std::io;
@@ -40,10 +44,24 @@ pub enum RingFileError {
     /// The process published no state file: it has no directory the
     /// command would look in.
     NoDirectory,
+    /// No directory could hold it (see [`crate::ring_dir`]).
+    Place(RingDirError),
     /// The file could not be created, sized or mapped: where, and the error.
     Io { path: PathBuf, err: io::Error },
+    /// There is no room for it: where, its size, and the room there was.
+    NoRoom {
+        path: PathBuf,
+        len: u64,
+        available: Option<u64>,
+        err: io::Error,
+    },
     /// The geometry asked for cannot be.
     Config(ConfigError),
+}
+
+/// `bytes` as a size is said: `16.1 MiB`.
+fn mebibytes(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
 }
 
 impl fmt::Display for RingFileError {
@@ -53,16 +71,41 @@ impl fmt::Display for RingFileError {
                 "no stub directory is usable, so there is nowhere to put the ring \
                  (the process warned about each directory when it started)",
             ),
-            RingFileError::Io { path, err } => match err.raw_os_error() {
-                Some(libc::ENOSPC | libc::EDQUOT) => write!(
+            RingFileError::Place(err) => err.fmt(f),
+            RingFileError::NoRoom {
+                path,
+                len,
+                available,
+                err,
+            } => {
+                let dir = path.parent().unwrap_or(path);
+                write!(
                     f,
-                    "no space for the ring {} on its file system ({err}): ask for less \
-                     (--size), or free some space there",
-                    path.display()
-                ),
+                    "no room for the ring {} ({}) in {}",
+                    path.display(),
+                    mebibytes(*len),
+                    dir.display()
+                )?;
+                if let Some(available) = available {
+                    write!(f, ", where {} are free", mebibytes(*available))?;
+                }
+                write!(
+                    f,
+                    " ({err}): ask for less (--size), or set {SETTING} in the process's \
+                     environment to a directory with room"
+                )?;
+                if dir.starts_with(SHARED_MEMORY) {
+                    f.write_str(
+                        " (in a container, /dev/shm is 64 MiB unless the container is \
+                         started with more: docker run --shm-size)",
+                    )?;
+                }
+                Ok(())
+            }
+            RingFileError::Io { path, err } => match err.raw_os_error() {
                 Some(libc::ENOMEM) => write!(
                     f,
-                    "not enough memory to map the ring {} ({err}): ask for less (--size)",
+                    "not enough memory for the ring {} ({err}): ask for less (--size)",
                     path.display()
                 ),
                 Some(libc::EFBIG) => write!(
@@ -83,10 +126,12 @@ impl std::error::Error for RingFileError {}
 impl RingFile {
     /// Creates this process's ring file, laid out as `config` says.
     pub fn create(config: &RingConfig) -> Result<RingFile, RingFileError> {
-        let dir = state_file::published_dir().ok_or(RingFileError::NoDirectory)?;
+        let stub_dir = state_file::published_dir().ok_or(RingFileError::NoDirectory)?;
+        let dir = ring_dir::choose(&stub_dir).map_err(RingFileError::Place)?;
         let name = ring_file_name(ProcessKey::current());
+        let path = dir.path().join(&name);
         let failed = |err| RingFileError::Io {
-            path: dir.path().join(&name),
+            path: path.clone(),
             err,
         };
         let len = config.file_len();
@@ -96,8 +141,17 @@ impl RingFile {
         // answers fallocate with SIGXFSZ, which ends the process, and where
         // fallocate is not supported a full file system would fault it later.
         sys::check_file_size(len).map_err(failed)?;
+        let no_room = |err| RingFileError::NoRoom {
+            path: path.clone(),
+            len,
+            available: dir.available_space().ok(),
+            err,
+        };
         if dir.available_space().is_ok_and(|available| available < len) {
-            return Err(failed(io::Error::from_raw_os_error(libc::ENOSPC)));
+            dir.make_room_for(len);
+            if dir.available_space().is_ok_and(|available| available < len) {
+                return Err(no_room(io::Error::from_raw_os_error(libc::ENOSPC)));
+            }
         }
         let file = match dir.create_locked(&name, &[]) {
             Err(err)
@@ -108,9 +162,21 @@ impl RingFile {
             created => created,
         }
         .map_err(failed)?;
-        let mapped = sys::allocate(&file, len)
-            .and_then(|()| file.set_len(len))
-            .and_then(|()| SharedMapping::new(&file, len_usize));
+        // On a disk, pages faulted in for writing would all be written out
+        // at once, and written back again as each is first written anyway.
+        let populate = if dir.is_in_memory() {
+            Populate::ForWriting
+        } else {
+            Populate::ForReading
+        };
+        let reserved = sys::allocate(&file, len).and_then(|()| file.set_len(len));
+        let mapped = match reserved {
+            Err(err) if matches!(err.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) => {
+                let _ = dir.remove(&name);
+                return Err(no_room(err));
+            }
+            reserved => reserved.and_then(|()| SharedMapping::new(&file, len_usize, populate)),
+        };
         let mapping = match mapped {
             Ok(mapping) => mapping,
             Err(err) => {
@@ -158,6 +224,13 @@ impl RingFile {
 
     pub fn is_empty(&self) -> bool {
         self.mapping.is_empty()
+    }
+
+    /// The file system it is on, when that is not in memory: a directory
+    /// `$STATIC_TRACING_RING_DIR` named on a disk, which the kernel writes
+    /// the ring back to as it changes.
+    pub fn on_disk(&self) -> Option<String> {
+        (!self.dir.is_in_memory()).then(|| self.dir.file_system_name())
     }
 }
 

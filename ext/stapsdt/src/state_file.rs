@@ -57,6 +57,7 @@ pub fn publish_state(contents: &[u8], candidates: &[Candidate]) -> Result<PathBu
         });
         match published {
             Ok((dir, held)) => {
+                crate::ring_dir::sweep_once(&dir);
                 *published_in() = Some((crate::sys::current_pid(), dir.clone()));
                 return Ok(owned_files::own_only_copy(dir, name, held));
             }
@@ -83,7 +84,8 @@ fn published_in() -> std::sync::MutexGuard<'static, Option<(libc::pid_t, Arc<Stu
 
 /// The directory this process's state file is in, if it published one: the
 /// `static-tracing` command finds a process's other files for it (its
-/// control channel, its recorder's ring) there, next to what it trusts.
+/// control channel) there, next to what it trusts, and its recorder's ring
+/// where its state file says (see `crate::ring_dir`).
 pub fn published_dir() -> Option<Arc<StubDir>> {
     let published = published_in();
     let (pid, dir) = published.as_ref()?;

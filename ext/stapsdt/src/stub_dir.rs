@@ -16,6 +16,7 @@
 //! holds a lock on is stale, whoever made it.
 
 use crate::descriptors::PlaceError;
+use crate::leftovers;
 use crate::names;
 use crate::sys;
 use std::ffi::OsString;
@@ -101,6 +102,16 @@ pub struct StubDir {
     dir: File,
     /// Device and inode: what makes two opened directories the same one.
     identity: (u64, u64),
+    /// The file system it is on, where `fstatfs` could tell.
+    file_system: Option<sys::FileSystemKind>,
+}
+
+/// What a directory is opened for: stubs are loaded from it, so it must not
+/// be mounted `noexec`; rings are only mapped, so it may be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Purpose {
+    Stubs,
+    Rings { create: bool },
 }
 
 /// The directories opened so far, so that one descriptor serves each.
@@ -111,16 +122,29 @@ impl StubDir {
     /// following a link, and checks it; the error says why it is unusable,
     /// or that there was no descriptor to open it with.
     pub fn open(path: &Path) -> Result<Arc<StubDir>, PlaceError> {
+        StubDir::open_for(path, Purpose::Stubs)
+    }
+
+    /// [`StubDir::open`] for a directory that holds rings (see
+    /// `crate::ring_dir`): checked alike, but it may be mounted `noexec`
+    /// (a container's `/dev/shm` is). Unless `create`, a directory that
+    /// does not exist is an error ("No such file" in its reason), not made.
+    pub fn open_for_rings(path: &Path, create: bool) -> Result<Arc<StubDir>, PlaceError> {
+        StubDir::open_for(path, Purpose::Rings { create })
+    }
+
+    fn open_for(path: &Path, purpose: Purpose) -> Result<Arc<StubDir>, PlaceError> {
         if let Some(byte) = control_character_in(path) {
             return Err(PlaceError::Unusable(format!(
                 "its path holds the control character {byte:#04x}, and tracers cannot name \
                  a file under such a path (/proc/PID/maps escapes it)"
             )));
         }
-        match DirBuilder::new().mode(0o700).create(path) {
-            Ok(()) => {}
-            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(err) => {
+        let creates = !matches!(purpose, Purpose::Rings { create: false });
+        match creates.then(|| DirBuilder::new().mode(0o700).create(path)) {
+            None | Some(Ok(())) => {}
+            Some(Err(err)) if err.kind() == io::ErrorKind::AlreadyExists => {}
+            Some(Err(err)) => {
                 return Err(PlaceError::from_io(err, |err| {
                     format!("cannot create it ({err})")
                 }))
@@ -159,12 +183,14 @@ impl StubDir {
                 path.display()
             )));
         }
-        if sys::mounted_noexec(&dir)
-            .map_err(|err| unusable(format!("cannot statvfs it ({err})")))?
+        if purpose == Purpose::Stubs
+            && sys::mounted_noexec(&dir)
+                .map_err(|err| unusable(format!("cannot statvfs it ({err})")))?
         {
             return Err(unusable("it is on a file system mounted noexec".to_owned()));
         }
         let identity = (metadata.dev(), metadata.ino());
+        let file_system = sys::file_system_kind(&dir).ok();
         let mut opened = OPENED
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -180,6 +206,7 @@ impl StubDir {
             path: path.to_owned(),
             dir,
             identity,
+            file_system,
         });
         opened.push(Arc::downgrade(&opened_now));
         Ok(opened_now)
@@ -192,6 +219,31 @@ impl StubDir {
     /// Bytes an unprivileged user may still write in this directory's file system.
     pub fn available_space(&self) -> io::Result<u64> {
         sys::available_space(&self.dir)
+    }
+
+    /// Whether its file system keeps files in memory only (tmpfs): what
+    /// is written there is never written to a disk.
+    pub fn is_in_memory(&self) -> bool {
+        self.file_system.is_some_and(sys::FileSystemKind::is_memory)
+    }
+
+    /// Its file system's name (`tmpfs`, `ext4`...), for messages.
+    pub fn file_system_name(&self) -> String {
+        self.file_system
+            .map_or_else(|| "an unknown file system".to_owned(), |kind| kind.name())
+    }
+
+    /// Removes the rings of processes that are gone beyond what is kept
+    /// of them (see [`crate::leftovers`]); returns how many it removed.
+    pub fn bound_leftover_rings(&self) -> usize {
+        leftovers::bound(&self.dir, Some(&self.path))
+    }
+
+    /// Removes the rings of processes that are gone, oldest first, until
+    /// `bytes` fit in the file system (or none is left); returns how many
+    /// it removed. A new recording's ring comes before the leftovers of old ones.
+    pub fn make_room_for(&self, bytes: u64) -> usize {
+        leftovers::make_room(&self.dir, Some(&self.path), bytes)
     }
 
     /// Whether `other` is this very directory, whatever path led to it.
@@ -359,38 +411,38 @@ impl StubDir {
         self.sweep()
     }
 
+    /// Removes what no process holds any more: every such file, but the
+    /// rings of processes that are gone, of which the newest are kept
+    /// (see [`crate::leftovers`]).
     fn sweep(&self) -> usize {
-        // The directory this descriptor is, wherever its path leads now.
-        let by_descriptor = PathBuf::from(format!("/proc/self/fd/{}", self.dir.as_raw_fd()));
-        let Ok(entries) =
-            std::fs::read_dir(&by_descriptor).or_else(|_| std::fs::read_dir(&self.path))
-        else {
-            return 0;
-        };
-        entries
-            .flatten()
-            .filter(|entry| {
-                let name = entry.file_name();
-                name.to_str().is_some_and(|name| {
-                    made_by_a_process(name)
-                        && !(ring_file_key(name).is_some() && recently_written(entry))
-                        && self.remove_if_unheld(name)
-                })
+        let removed = entry_names(&self.dir, Some(&self.path))
+            .iter()
+            .filter(|name| {
+                made_by_a_process(name)
+                    && ring_file_key(name).is_none()
+                    && self.remove_if_unheld(name)
             })
-            .count()
+            .count();
+        removed + self.bound_leftover_rings()
     }
 }
 
-/// How long a ring nobody holds any more stays, after it was last
-/// written: the ring of a process that was killed (SIGKILL, the OOM killer)
-/// holds what it did last, for `static-tracing report` to read.
-pub const STALE_RING_KEPT: std::time::Duration = std::time::Duration::from_secs(3600);
-
-fn recently_written(entry: &std::fs::DirEntry) -> bool {
-    entry
-        .metadata()
-        .and_then(|meta| meta.modified())
-        .is_ok_and(|modified| modified.elapsed().map_or(true, |age| age < STALE_RING_KEPT))
+/// The names in the directory `dir`, read through its descriptor (the
+/// directory it is, wherever its path leads now), else by `path`. Names
+/// that are not UTF-8 are none the gem gives.
+pub(crate) fn entry_names(dir: &File, path: Option<&Path>) -> Vec<String> {
+    let by_descriptor = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
+    let entries =
+        std::fs::read_dir(&by_descriptor).or_else(|err| path.map_or(Err(err), std::fs::read_dir));
+    entries.map_or_else(
+        |_| Vec::new(),
+        |entries| {
+            entries
+                .flatten()
+                .filter_map(|entry| entry.file_name().into_string().ok())
+                .collect()
+        },
+    )
 }
 
 /// Whether `name` is one of the names processes give their files here.
@@ -473,7 +525,7 @@ pub fn ring_file_name(key: ProcessKey) -> String {
     format!("{key}.ring")
 }
 
-fn ring_file_key(name: &str) -> Option<ProcessKey> {
+pub(crate) fn ring_file_key(name: &str) -> Option<ProcessKey> {
     ProcessKey::parse(name.strip_suffix(".ring")?)
 }
 

@@ -232,6 +232,57 @@ pub fn mounted_noexec(_fd: &impl AsRawFd) -> io::Result<bool> {
     Ok(false)
 }
 
+/// The kind of file system a file is on, as `fstatfs` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileSystemKind(u64);
+
+impl FileSystemKind {
+    /// Kept in memory, with no disk behind it: what is written there is
+    /// never written back anywhere (tmpfs, ramfs).
+    pub fn is_memory(self) -> bool {
+        matches!(self.0, 0x0102_1994 | 0x8584_58f6)
+    }
+
+    /// Its usual name, for messages.
+    pub fn name(self) -> String {
+        let known = match self.0 {
+            0x0102_1994 => "tmpfs",
+            0x8584_58f6 => "ramfs",
+            0xef53 => "ext4",
+            0x5846_5342 => "xfs",
+            0x9123_683e => "btrfs",
+            0x794c_7630 => "overlayfs",
+            0x6969 => "nfs",
+            0x2fc1_2fc1 => "zfs",
+            0xf2f5_2010 => "f2fs",
+            0xff53_4d42 | 0xfe53_4d42 => "cifs",
+            0x6573_5546 => "fuse",
+            _ => return format!("a file system of type {:#x}", self.0),
+        };
+        known.to_owned()
+    }
+}
+
+/// The file system `fd` is on.
+#[cfg(target_os = "linux")]
+pub fn file_system_kind(fd: &impl AsRawFd) -> io::Result<FileSystemKind> {
+    let mut stat = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: `stat` is a valid out-pointer; fstatfs fills it on success.
+    if unsafe { libc::fstatfs(fd.as_raw_fd(), stat.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fstatfs succeeded, so `stat` is initialized.
+    let stat = unsafe { stat.assume_init() };
+    // f_type is a signed word on some libcs; the magic numbers are 32-bit.
+    #[allow(clippy::unnecessary_cast)]
+    Ok(FileSystemKind(stat.f_type as u64 & 0xffff_ffff))
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn file_system_kind(_fd: &impl AsRawFd) -> io::Result<FileSystemKind> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
+}
+
 pub fn current_pid() -> libc::pid_t {
     std::process::id() as libc::pid_t
 }
@@ -563,12 +614,26 @@ unsafe impl Sync for SharedMapping {}
 /// threads' `mmap` and `mprotect` (malloc growing an arena) go on.
 const POPULATE_PIECE: usize = 16 << 20;
 
+/// How a new mapping's pages are faulted in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Populate {
+    /// Writable at once: the first write to a page costs what a later one
+    /// does. For a file kept in memory (tmpfs), where a page written is
+    /// written nowhere else.
+    ForWriting,
+    /// Readable: a file system that writes dirty pages back to a disk
+    /// would otherwise write the whole file out at once. Its first write
+    /// to each page still faults (the file system tracks which are dirty).
+    ForReading,
+}
+
 impl SharedMapping {
     /// Maps `len` bytes of `file` from offset 0, readable and writable, its
-    /// pages faulted in now (in pieces, see `POPULATE_PIECE`) rather than
-    /// one by one on first use, in a recorded call. The file must already
-    /// be that long: a page past its end is a SIGBUS.
-    pub fn new(file: &File, len: usize) -> io::Result<SharedMapping> {
+    /// pages faulted in now as `populate` says (in pieces, see
+    /// `POPULATE_PIECE`) rather than one by one on first use, in a recorded
+    /// call. The file must already be that long: a page past its end is a
+    /// SIGBUS.
+    pub fn new(file: &File, len: usize, populate: Populate) -> io::Result<SharedMapping> {
         let map = |flags| {
             // SAFETY: a fresh mapping chosen by the kernel overlaps nothing
             // of ours; the descriptor is valid for the call.
@@ -589,7 +654,7 @@ impl SharedMapping {
         }
         let base = NonNull::new(base.cast::<u8>()).ok_or_else(|| io::Error::other("mmap at 0"))?;
         let mapping = SharedMapping { base, len };
-        if !mapping.populate_in_pieces() {
+        if !mapping.populate_in_pieces(populate) {
             // A kernel before 5.14: populated whole, as mmap does it.
             drop(mapping);
             let base = map(libc::MAP_POPULATE);
@@ -603,25 +668,21 @@ impl SharedMapping {
         Ok(mapping)
     }
 
-    /// Faults every page in, a piece at a time, as MAP_POPULATE does for a
-    /// shared mapping: for reading (faulting them in for writing would
-    /// dirty them all, and the file system would write the whole ring out);
-    /// false where the kernel cannot (no MADV_POPULATE_READ).
+    /// Faults every page in, a piece at a time; false where the kernel
+    /// cannot (no MADV_POPULATE_READ or _WRITE: before 5.14).
     #[cfg(target_os = "linux")]
-    fn populate_in_pieces(&self) -> bool {
+    fn populate_in_pieces(&self, populate: Populate) -> bool {
+        let advice = match populate {
+            Populate::ForWriting => libc::MADV_POPULATE_WRITE,
+            Populate::ForReading => libc::MADV_POPULATE_READ,
+        };
         let mut at = 0;
         while at < self.len {
             let piece = POPULATE_PIECE.min(self.len - at);
             // SAFETY: the range is inside this mapping (page-aligned: the
             // mapping is, and POPULATE_PIECE is a multiple of any page
             // size; the last piece ends where the mapping does).
-            let done = unsafe {
-                libc::madvise(
-                    self.base.as_ptr().add(at).cast(),
-                    piece,
-                    libc::MADV_POPULATE_READ,
-                )
-            };
+            let done = unsafe { libc::madvise(self.base.as_ptr().add(at).cast(), piece, advice) };
             if done != 0 {
                 // EINVAL: not supported. Anything else (ENOMEM, EFAULT) is
                 // left to the first write, as without populating.
@@ -633,7 +694,7 @@ impl SharedMapping {
     }
 
     #[cfg(not(target_os = "linux"))]
-    fn populate_in_pieces(&self) -> bool {
+    fn populate_in_pieces(&self, _populate: Populate) -> bool {
         false
     }
 

@@ -212,14 +212,16 @@ pub fn prepare(mut config: RingConfig, wake: Option<File>) -> Result<Prepared, S
     Ok(Prepared { file, wake })
 }
 
-/// Records into `prepared` from now on; returns its file's path. Refused
-/// while another recording runs (the prepared ring is then removed).
-pub fn install(prepared: Prepared) -> Result<String, String> {
+/// Records into `prepared` from now on; returns its file's path, and the
+/// file system it is on when that is a disk's (see `RingFile::on_disk`).
+/// Refused while another recording runs (the prepared ring is then removed).
+pub fn install(prepared: Prepared) -> Result<(String, Option<String>), String> {
     on_fork();
     if is_recording() {
         return Err("a recording is running already".into());
     }
     let path = prepared.file.path().display().to_string();
+    let on_disk = prepared.file.on_disk();
     let generation = GENERATION.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
     let recording = Arc::new(Recording {
         file: prepared.file,
@@ -231,7 +233,7 @@ pub fn install(prepared: Prepared) -> Result<String, String> {
         quiet_until: AtomicU64::new(0),
     });
     CURRENT.store(Arc::into_raw(recording).cast_mut(), Ordering::Release);
-    Ok(path)
+    Ok((path, on_disk))
 }
 
 /// Whether a recording runs (in this process: not one inherited from a parent).

@@ -7,6 +7,7 @@
 
 mod errors;
 mod follower;
+mod leftovers;
 mod output;
 mod reader;
 mod sources;
@@ -24,5 +25,6 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     trace::init(ruby, module)?;
     follower::init(ruby, module)?;
     tally::init(ruby, module)?;
+    leftovers::init(module)?;
     Ok(())
 }

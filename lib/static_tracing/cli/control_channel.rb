@@ -4,6 +4,7 @@ require "json"
 require "securerandom"
 require_relative "../recording_options"
 require_relative "../ring_locator"
+require_relative "../trace_reader_library"
 require_relative "process_state"
 require_relative "private_file"
 
@@ -13,7 +14,8 @@ module StaticTracing
     # and Control): requests go to the control FIFO the process published,
     # its answers come back in its state file, and its ring is read where
     # the state file says it is. Nothing is opened but next to the state
-    # file, and only files PrivateFile would trust (a FIFO for the channel).
+    # file or in the directories its rings may be in (RingDirectories), and
+    # only files PrivateFile would trust (a FIFO for the channel).
     class ControlChannel
       REQUEST_FORMAT = 1
       REPLY_TIMEOUT = 5.0
@@ -65,11 +67,25 @@ module StaticTracing
 
       # Yields the process's ring open (for writing too with +write+: a
       # reader without overwrite stores how far it read), as RingLocator
-      # opens one; returns what the block returns.
+      # opens one; returns what the block returns. The rings killed
+      # processes left beside it are bounded first, as a process starting
+      # bounds them (ext/stapsdt/src/leftovers.rs).
       def open_ring(write: false, &block)
-        raise Error, not_recording_message unless RingLocator.ring(state)
+        ring = RingLocator.ring(state) or raise Error, not_recording_message
 
+        sweep_leftover_rings(process.process.reach(File.dirname(ring)))
         RingLocator.open(process, state, write:, &block)
+      end
+
+      # Only in a directory PrivateFile trusts; a sweep that cannot be made
+      # leaves the rings as they are.
+      def sweep_leftover_rings(dir)
+        rules = PrivateFile::Rules.new(owner: uid, described:)
+        PrivateFile.open_directory(dir, rules) do |opened|
+          StaticTracing.trace_reader.sweep_leftover_rings(opened.fileno)
+        end
+      rescue PrivateFile::Untrusted, SystemCallError, IOError
+        nil
       end
 
       # Why the process could not create files in the directory +dir+ (a

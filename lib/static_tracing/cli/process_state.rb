@@ -2,6 +2,7 @@
 
 require "json"
 require_relative "../process_start"
+require_relative "../ring_directories"
 require_relative "../signal_rules"
 require_relative "errors"
 require_relative "process_dir"
@@ -50,7 +51,8 @@ module StaticTracing
         end
 
         # The directory the state file is in, as the process sees it: its
-        # control channel and ring are trusted only there.
+        # control channel is trusted only there (its ring where
+        # RingDirectories allows).
         def dir
           File.dirname(path)
         end
@@ -143,6 +145,14 @@ module StaticTracing
         process.uid
       end
 
+      # The directories the process may keep its ring in, as it sees them,
+      # for a state file at +state_path+ (RingDirectories).
+      def ring_dirs(state_path)
+        named = environment[RingDirectories::SETTING].to_s
+        RingDirectories.of(named: (absolute(named) unless named.empty?), state_dir: File.dirname(state_path),
+                           uid: process.uid_as_seen_inside(uid))
+      end
+
       private
 
       # A process that could not read its own /proc names itself with pid
@@ -228,11 +238,19 @@ module StaticTracing
         file if file_names.any? { |name| File.basename(file) == name.sub(/\.state\z/, ".#{kind}") }
       end
 
+      # What the process records: only with a ring of its own name, in a
+      # directory it may keep rings in (RingDirectories), as it sees them.
       def recorder(state_path, data)
         return unless data.is_a?(Hash)
 
-        ring = own_file(state_path, data["ring"], "ring") or return
-        data.merge("ring" => ring)
+        ring = data["ring"]
+        return unless file_names.any? { |name| RingDirectories.holds?(ring_dirs(state_path), ring, ring_name(name)) }
+
+        data
+      end
+
+      def ring_name(state_name)
+        state_name.sub(/\.state\z/, ".ring")
       end
 
       def reply(data)
@@ -266,8 +284,10 @@ module StaticTracing
         nil
       end
 
+      # As the process started (a change it made to ENV later is not
+      # visible here), read once.
       def environment
-        process.read("environ").split("\0").each_with_object({}) do |entry, env|
+        @environment ||= process.read("environ").split("\0").each_with_object({}) do |entry, env|
           name, value = entry.split("=", 2)
           env[name] = value if value
         end

@@ -25,8 +25,9 @@ module StaticTracing
                          "[--dump-when TRIGGER]] [--stop] | [PROBE-PATTERN...] [options] -- COMMAND [ARGS...]",
               summary: "Record a process's probes in the process itself: no root, no BPF",
               description: <<~TEXT.chomp
-                Has process PID record the calls of its probes into a ring next to its stubs, and reads
-                them from there: no root, no capability, no BPF; run it as the process's user or root.
+                Has process PID record the calls of its probes into a ring in memory (/dev/shm, or
+                $STATIC_TRACING_RING_DIR: nothing goes to a disk), and reads them from there: no root, no
+                capability, no BPF; run it as the process's user or root.
                 PROBE-PATTERN is provider:probe or provider, with * and ? as wildcards (every probe when
                 none is given), and those declared later that a pattern names. A pattern that names no
                 probe the process has is refused as a typo, with the list of its probes, unless

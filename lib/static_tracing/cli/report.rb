@@ -22,8 +22,8 @@ module StaticTracing
               summary: "Summarize recorded trace files: latency percentiles, a timeline, or stacks to fold",
               description: <<~TEXT.chomp
                 Reads trace files (written by static-tracing record or dump) or a recorder's ring files
-                (<pid>-<pidns>.ring next to a process's stubs, read as they are, while the process writes
-                them), and makes one report of them all. Needs no tracer and no privilege but reading
+                (<pid>-<pidns>.ring in /dev/shm/static_tracing-UID by default, read as they are, while the
+                process writes them, or after it was killed), and makes one report of them all. Needs no tracer and no privilege but reading
                 the files. Formats, and what opens them:
                   text        what was read (processes, records, time span, records lost and why), then per
                               probe its calls and, for a latency probe, p50/p90/p99/max and a histogram in

@@ -28,6 +28,14 @@ module StaticTracing
           "unrecorded_probes" => unrecorded.first(ProbeTable::LISTED) }
       end
 
+      # A ring in a directory on a disk (STATIC_TRACING_RING_DIR named
+      # one): what it costs, as a warning says it once.
+      def on_disk(path, file_system)
+        "static_tracing: the ring #{path} is on #{file_system}, a disk: the kernel writes it back to the disk " \
+          "as it changes (all of it, every writeback period, while it is recorded into), and its first lap " \
+          "costs about twice a later one; a directory on a tmpfs has neither cost (STATIC_TRACING_RING_DIR)"
+      end
+
       def running_already(recording)
         "a recording is running already (#{recording.settings.flight ? "flight, " : ""}started by " \
           "#{recording.by == :command ? "static-tracing record" : "the process itself"}, ring " \

@@ -32,7 +32,9 @@ fn not_recording(ruby: &Ruby) -> Error {
 /// `recorder_start(slots_bytes, overwrite, wake_fd, probes)`: a new ring
 /// whose slots take `slots_bytes` (rounded up to a power of two), whose
 /// probe table holds `probes` (`[provider, name]` pairs: those the
-/// recording arms as it starts) and room for later ones; returns its path.
+/// recording arms as it starts) and room for later ones; returns `[path,
+/// on_disk]`: its path, and the name of its file system when that is on a
+/// disk (nil in memory).
 /// Its file is made with the GVL released: reserving and mapping a large
 /// ring takes seconds, and the process's other threads run meanwhile.
 pub(super) fn start(
@@ -41,7 +43,7 @@ pub(super) fn start(
     overwrite: bool,
     wake_fd: Option<i32>,
     probes: Vec<(String, String)>,
-) -> Result<String, Error> {
+) -> Result<(String, Option<String>), Error> {
     let failed = |message| recorder_error(ruby, message);
     let mut config = RingConfig::for_size(slots_bytes, overwrite)
         .map_err(|err| recorder_error(ruby, err.to_string()))?;
