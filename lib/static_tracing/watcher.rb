@@ -177,7 +177,10 @@ module StaticTracing
         reader, writer = IO.pipe
         Native.configure_semaphore_poller(writer.fileno, period)
         @pipe = [reader, writer]
-        @thread = Thread.new { run(reader) }
+        # Made with asynchronous exceptions (Thread#raise, Interrupt) held
+        # back, a mask it inherits: one sent before #run has its rescue in
+        # place would end it with nothing said.
+        @thread = Thread.handle_interrupt(Object => :never) { Thread.new { run(reader) } }
         # Named here, not in the thread: a server that lists threads right
         # after boot (puma warns about them) must see whose it is.
         @thread.name = "static_tracing watcher"
@@ -190,13 +193,15 @@ module StaticTracing
       # whose thread ended would silently do none of them any more.
       def run(reader)
         Thread.current.report_on_exception = false
-        loop do
-          serve(reader)
-        rescue StandardError, ScriptError => e
-          break if e.is_a?(IOError) && reader.closed?
+        Thread.handle_interrupt(Object => :immediate) do
+          loop do
+            serve(reader)
+          rescue StandardError, ScriptError => e
+            break if e.is_a?(IOError) && reader.closed?
 
-          failed(:waiting, e)
-          sleep(PAUSE_AFTER_FAILURE)
+            failed(:waiting, e)
+            sleep(PAUSE_AFTER_FAILURE)
+          end
         end
       rescue Exception => e # rubocop:disable Lint/RescueException
         warn("static_tracing: process #{Process.pid} stopped serving static-tracing requests, following tracers " \
