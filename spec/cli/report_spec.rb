@@ -301,7 +301,7 @@ RSpec.describe "static-tracing report" do
         expect(result.stderr).not_to include(".rb:")
       end
       expect(cli("report", "-o", output, bad).stderr).to eq(
-        "static-tracing: #{bad}: format version (offset 8): expected 1 (the version this static-tracing reads), " \
+        "static-tracing: #{bad}: format version (offset 8): expected 1 or 2 (the versions this static-tracing reads), " \
         "found 7\n"
       )
       expect(File.read(output)).to eq("the last report\n")
