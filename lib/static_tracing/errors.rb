@@ -14,6 +14,11 @@ module StaticTracing
   # range) and what to do. Nothing else about the process changed.
   class RecorderError < Error; end
 
+  # A trace context cleared where it was not set (on another thread or
+  # fiber), twice, or before contexts set inside it: the message says which
+  # context, where it was set, and what is still set. Nothing changed.
+  class TraceContextError < Error; end
+
   # `StaticTracing.providers[name]` for a name nobody registered.
   class ProviderMissingError < KeyError; end
 end

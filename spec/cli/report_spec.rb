@@ -301,8 +301,8 @@ RSpec.describe "static-tracing report" do
         expect(result.stderr).not_to include(".rb:")
       end
       expect(cli("report", "-o", output, bad).stderr).to eq(
-        "static-tracing: #{bad}: format version (offset 8): expected 1 or 2 (the versions this static-tracing reads), " \
-        "found 7\n"
+        "static-tracing: #{bad}: format version (offset 8): expected 1 or 2 " \
+        "(the versions this static-tracing reads), found 7\n"
       )
       expect(File.read(output)).to eq("the last report\n")
     end

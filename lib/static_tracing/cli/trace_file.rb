@@ -103,8 +103,9 @@ module StaticTracing
 
         # Records from the reader's [seq, time_ns, probe_id, tid, args].
         def records_of(list, probes)
-          list.map do |seq, time_ns, probe_id, tid, args, context|
-            Record.new(seq, time_ns, probes[probe_id], tid, args, context)
+          list.map do |fields|
+            fields[2] = probes[fields[2]]
+            Record.new(*fields)
           end
         end
       end
