@@ -17,6 +17,13 @@ module StaticTracing
   # body is not waited for, since the response passes through untouched.
   # A request whose app raises fires with status 500, and the exception
   # propagates unchanged.
+  #
+  # Each request runs in its W3C trace context (see TraceContext), so that
+  # the recorder ties its records to it: the ids of OpenTelemetry's current
+  # span where OpenTelemetry's API is loaded and that span is recording,
+  # else the trace id and parent id of the request's `traceparent` header
+  # (an invalid header is ignored). The context ends when #call returns or
+  # raises: a streamed body's records, made after that, have none.
   class RackMiddleware
     PROVIDER = :rack
     PROBE = :request
@@ -33,6 +40,15 @@ module StaticTracing
     end
 
     def call(env)
+      ids = trace_ids(env)
+      return call_traced(env) unless ids
+
+      StaticTracing.with_trace_context(*ids) { call_traced(env) }
+    end
+
+    private
+
+    def call_traced(env)
       return @app.call(env) unless @tracepoint.enabled?
 
       started = StaticTracing.nsec
@@ -47,7 +63,20 @@ module StaticTracing
       end
     end
 
-    private
+    # [trace_id, span_id] the request runs in, or nil.
+    def trace_ids(env)
+      open_telemetry_ids || TraceContext.parse_traceparent(env["HTTP_TRACEPARENT"])
+    end
+
+    # The current span's ids, through OpenTelemetry's public API, when it
+    # is loaded and the span records.
+    def open_telemetry_ids
+      return unless defined?(::OpenTelemetry::Trace) && ::OpenTelemetry::Trace.respond_to?(:current_span)
+
+      span = ::OpenTelemetry::Trace.current_span
+      context = span.context
+      [context.hex_trace_id, context.hex_span_id] if span.recording? && context.valid?
+    end
 
     # Rack says an Integer; some apps give a String. Tracing must not fail
     # the request over it.
