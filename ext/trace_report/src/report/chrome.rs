@@ -24,7 +24,7 @@ use super::threads::ThreadNames;
 use crate::records::Args;
 use crate::Trace;
 use serde_json::ser::{CompactFormatter, Formatter};
-use stapsdt::ring::{Arg, ProbeEntry};
+use stapsdt::ring::{Arg, Context, ProbeEntry};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::{self, Write};
@@ -125,6 +125,10 @@ impl<W: Write> Events<'_, W> {
             CompactFormatter.write_u32(self.out, record.tid)?;
             self.out.write_all(b",\"args\":{")?;
             self.arguments(record.args(), latency_arg)?;
+            self.context(
+                &record.context,
+                record.args().len() > usize::from(latency_arg.is_some()),
+            )?;
             self.out.write_all(b"}}")?;
         }
         if !stacks.is_empty() {
@@ -203,6 +207,30 @@ impl<W: Write> Events<'_, W> {
         }
         self.first = false;
         Ok(())
+    }
+
+    /// A record's trace context among its args: `"trace_id"` and
+    /// `"span_id"` (hex) when known, `"trace_context":"unknown"` when its
+    /// context record was not read, nothing outside any; after a comma
+    /// when `after_others`.
+    fn context(&mut self, context: &Context, after_others: bool) -> io::Result<()> {
+        let comma: &[u8] = if after_others { b"," } else { b"" };
+        match context {
+            Context::None => Ok(()),
+            Context::Unknown => {
+                self.out.write_all(comma)?;
+                self.out.write_all(b"\"trace_context\":\"unknown\"")
+            }
+            Context::Known(context) => {
+                self.out.write_all(comma)?;
+                write!(
+                    self.out,
+                    "\"trace_id\":\"{}\",\"span_id\":\"{}\"",
+                    context.trace_hex(),
+                    context.span_hex()
+                )
+            }
+        }
     }
 
     /// `"arg0":value,...` by the arguments' positions, but the one left out.
@@ -551,5 +579,38 @@ mod tests {
             assert_eq!(String::from_utf8(out).unwrap(), shown, "{value:e}");
             assert_eq!(shown.parse::<f64>().unwrap().to_bits(), value.to_bits());
         }
+    }
+
+    #[test]
+    fn gives_a_records_trace_context_among_its_args() {
+        use stapsdt::ring::Context;
+        use stapsdt::trace_context::TraceContext;
+        let a = TraceContext::from_hex(b"4bf92f3577b34da6a3ce929d0e0e4736", b"00f067aa0ba902b7")
+            .unwrap();
+        let mut records = calls(&[1500, 2500, 700]);
+        records[0].context = Context::Known(a);
+        records[1].context = Context::Unknown;
+        let mut hits = hits_record("x", 3_000_000);
+        hits.context = Context::Known(a);
+        records.push(hits);
+        let written = chrome(&[trace("a.trace", standard_probes(), records)]);
+        let document: serde_json::Value = serde_json::from_str(&written).unwrap();
+        let args: Vec<&serde_json::Value> = document["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .skip(1)
+            .map(|event| &event["args"])
+            .collect();
+        assert_eq!(
+            args,
+            [
+                &serde_json::json!({"trace_id": "4bf92f3577b34da6a3ce929d0e0e4736", "span_id": "00f067aa0ba902b7"}),
+                &serde_json::json!({"trace_context": "unknown"}),
+                &serde_json::json!({}),
+                &serde_json::json!({"arg0": "x", "arg1": 1, "arg2": 0.5,
+                    "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736", "span_id": "00f067aa0ba902b7"}),
+            ]
+        );
     }
 }
