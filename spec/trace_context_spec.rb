@@ -15,16 +15,24 @@ RSpec.describe "Trace contexts" do
   let(:other_trace) { "0af7651916cd43dd8448eb211c80319c" }
   let(:other_span) { "b7ad6b7169203331" }
 
+  # Whatever an example set and left set, cleared innermost first.
+  let(:set) { [] }
+
+  def set_context(*ids) = StaticTracing.set_trace_context(*ids).tap { |context| set << context }
+
   after do
-    while (context = StaticTracing.current_trace_context)
+    set.reverse_each do |context|
       StaticTracing.clear_trace_context(context)
+    rescue StaticTracing::TraceContextError
+      nil
     end
+    expect(StaticTracing.current_trace_context).to be_nil
   end
 
   describe "the API" do
     it "sets a context for the block, nests, and puts the outer one back" do
-      seen = StaticTracing.with_trace_context(trace_id, span_id) do |outer|
-        expect(outer).to have_attributes(trace_id:, span_id:)
+      seen = StaticTracing.with_trace_context(trace_id, span_id) do
+        expect(StaticTracing.current_trace_context).to have_attributes(trace_id:, span_id:)
         inner = StaticTracing.with_trace_context(other_trace, other_span) { StaticTracing.current_trace_context }
         [inner.trace_id, StaticTracing.current_trace_context]
       end
@@ -54,35 +62,35 @@ RSpec.describe "Trace contexts" do
     end
 
     it "refuses a context cleared out of order, twice, or where it was not set, and changes nothing" do
-      outer = StaticTracing.set_trace_context(trace_id, span_id)
-      inner = StaticTracing.set_trace_context(other_trace, other_span)
+      outer = set_context(trace_id, span_id)
+      inner = set_context(other_trace, other_span)
       out_of_order = "the trace #{trace_id} span #{span_id} was cleared before the contexts set inside it, " \
                      "still set: trace #{other_trace} span #{other_span}; clear those first"
       expect { StaticTracing.clear_trace_context(outer) }
         .to raise_error(StaticTracing::TraceContextError, out_of_order)
-      expect(StaticTracing.current_trace_context).to equal(inner)
+      expect(StaticTracing.current_trace_context).to eq(inner)
 
       elsewhere = Thread.new { StaticTracing.clear_trace_context(inner) rescue $ERROR_INFO }.value # rubocop:disable Style/RescueModifier
       expect(elsewhere).to be_a(StaticTracing::TraceContextError)
       expect(elsewhere.message)
-        .to match(/was set on thread #<Thread:.*: clear a context on the thread and fiber that set it/)
+        .to match(/was set on another thread: clear a context on the thread and fiber that set it/)
       fiber = Fiber.new { StaticTracing.clear_trace_context(inner) rescue $ERROR_INFO }.resume # rubocop:disable Style/RescueModifier
       expect(fiber.message).to match(/was set on another fiber of this thread/)
-      expect(StaticTracing.current_trace_context).to equal(inner)
+      expect(StaticTracing.current_trace_context).to eq(inner)
 
       StaticTracing.clear_trace_context(inner)
       expect { StaticTracing.clear_trace_context(inner) }
         .to raise_error(StaticTracing::TraceContextError, /was cleared already/)
-      expect(StaticTracing.current_trace_context).to equal(outer)
+      expect(StaticTracing.current_trace_context).to eq(outer)
       expect { StaticTracing.clear_trace_context("context") }
         .to raise_error(TypeError, /what set_trace_context returned/)
     end
 
     it "clears contexts a block left set inside it, and says so" do
       expect do
-        StaticTracing.with_trace_context(trace_id, span_id) { StaticTracing.set_trace_context(other_trace, other_span) }
+        StaticTracing.with_trace_context(trace_id, span_id) { set_context(other_trace, other_span) }
       end.to raise_error(StaticTracing::TraceContextError,
-                         /contexts set inside .* were left set: trace #{other_trace}/o)
+                         /contexts set inside .* were left set, and are cleared: trace #{other_trace}/o)
       expect(StaticTracing.current_trace_context).to be_nil
     end
 

@@ -11,16 +11,16 @@ module StaticTracing
   #   StaticTracing.clear_trace_context(context)                     # ... and after
   #
   # Contexts nest: clearing the inner one puts the outer one back. Each
-  # fiber has its own (Thread#[] is fiber-local), so a fiber switch never
-  # carries one fiber's context into another's records.
+  # fiber has its own, kept by the extension (which checks the nesting), so
+  # a fiber switch never carries one fiber's context into another's records.
   class TraceContext
-    attr_reader :trace_id, :span_id, :thread, :fiber
+    attr_reader :trace_id, :span_id, :token
 
-    def initialize(trace_id, span_id, thread, fiber)
+    # +token+: what the extension gave for it (nil for a context read back).
+    def initialize(trace_id, span_id, token = nil)
       @trace_id = trace_id
       @span_id = span_id
-      @thread = thread
-      @fiber = fiber
+      @token = token
       freeze
     end
 
@@ -32,6 +32,13 @@ module StaticTracing
       "#<StaticTracing::TraceContext #{self}>"
     end
 
+    def ==(other)
+      other.is_a?(TraceContext) && other.trace_id == trace_id && other.span_id == span_id
+    end
+    alias eql? ==
+
+    def hash = [trace_id, span_id].hash
+
     # [trace_id, parent_id] of a W3C `traceparent` header (level 1), or nil
     # for a header the specification calls invalid, which is ignored.
     def self.parse_traceparent(header)
@@ -40,110 +47,70 @@ module StaticTracing
       Native.traceparent(header)
     end
 
-    # The contexts set on the current fiber, innermost last.
-    STACK = :__static_tracing_trace_contexts
-    private_constant :STACK
-
     class << self
+      # The current fiber's innermost context, or nil.
       def current
-        stack.last
+        ids = Native.trace_context_current
+        new(*ids) if ids
       end
 
       def set(trace_id, span_id)
-        trace_id = id_string(trace_id, "trace id")
-        span_id = id_string(span_id, "span id")
-        Native.trace_context_set(trace_id, span_id)
-        context = new(trace_id, span_id, Thread.current, Fiber.current)
-        stack << context
-        context
+        new(trace_id, span_id, Native.trace_context_push(trace_id, span_id))
       end
 
       def clear(context)
-        unless context.is_a?(TraceContext)
+        unless context.is_a?(TraceContext) && context.token
           raise TypeError, "clear_trace_context takes what set_trace_context returned, got #{context.inspect}"
         end
 
-        check_owner(context)
-        contexts = stack
-        at = contexts.rindex { |each| each.equal?(context) }
-        raise TraceContextError, "the #{context} was cleared already" unless at
+        problem, inner = Native.trace_context_pop(context.token, false)
+        raise TraceContextError, message(context, problem, inner) if problem
 
-        if at != contexts.size - 1
-          raise TraceContextError, "the #{context} was cleared before the contexts set inside it, still set: " \
-                                   "#{contexts[(at + 1)..].map(&:to_s).join(", ")}; clear those first"
-        end
-
-        contexts.pop
-        restore(contexts.last)
         nil
       end
 
-      # Runs the block in the context, then puts the one before back, also
-      # when the block raises. Contexts set inside and left set are cleared
-      # too, and that is an error of its own.
-      def within(trace_id, span_id)
-        context = set(trace_id, span_id)
-        begin
-          result = yield context
-        ensure
-          left = unwind(context)
-        end
-        raise TraceContextError, "contexts set inside the #{context} were left set: #{left.join(", ")}" if left.any?
-
-        result
+      # What a block that left contexts set inside +context+ raises: they
+      # were cleared with it (see StaticTracing.with_trace_context).
+      def left_set(context, inner)
+        TraceContextError.new("contexts set inside the #{context} were left set, and are cleared: " \
+                              "#{inner.join(", ")}")
       end
 
       private
 
-      def stack
-        Thread.current[STACK] ||= []
-      end
-
-      def restore(previous)
-        if previous
-          Native.trace_context_set(previous.trace_id, previous.span_id)
-        else
-          Native.trace_context_clear
+      def message(context, problem, inner)
+        case problem
+        when :other_thread, :other_fiber
+          where = problem == :other_thread ? "another thread" : "another fiber of this thread"
+          "the #{context} was set on #{where}: clear a context on the thread and fiber that set it"
+        when :popped then "the #{context} was cleared already"
+        when :inner
+          "the #{context} was cleared before the contexts set inside it, still set: #{inner.join(", ")}; " \
+          "clear those first"
         end
-      end
-
-      # Pops +context+ and whatever was set inside it; returns those.
-      def unwind(context)
-        contexts = stack
-        at = contexts.rindex { |each| each.equal?(context) } or return []
-        left = contexts.slice!(at..)
-        restore(contexts.last)
-        left.drop(1).map(&:to_s)
-      end
-
-      def check_owner(context)
-        return if context.fiber.equal?(Fiber.current)
-
-        where = if context.thread.equal?(Thread.current)
-                  "another fiber of this thread"
-                else
-                  "thread #{context.thread.inspect}"
-                end
-        raise TraceContextError, "the #{context} was set on #{where}: clear a context on the thread and fiber " \
-                                 "that set it (#{Thread.current.inspect} is clearing it)"
-      end
-
-      def id_string(value, what)
-        return value if value.is_a?(String)
-
-        raise TypeError, "a #{what} is a String of lowercase hex digits, got #{value.inspect}"
       end
     end
   end
 
   class << self
     # Runs the block in the W3C trace context of +trace_id+ (32 lowercase
-    # hex digits) and +span_id+ (16), returning its value: see TraceContext.
-    # Bad ids raise ArgumentError, which says the form expected.
-    def with_trace_context(trace_id, span_id, &block)
-      raise ArgumentError, "with_trace_context needs a block (set_trace_context has none)" unless block
+    # hex digits) and +span_id+ (16), returning its value, then puts the
+    # context before back, also when the block raises: see TraceContext.
+    # Bad ids raise ArgumentError, which says the form expected. Contexts
+    # set inside and left set are cleared too, and that is an error of its
+    # own. (Written out here, not forwarded: a call costs tens of ns.)
+    def with_trace_context(trace_id, span_id)
+      raise ArgumentError, "with_trace_context needs a block (set_trace_context has none)" unless block_given?
 
-      TraceContext.within(trace_id, span_id, &block)
+      token = Native.trace_context_push(trace_id, span_id)
+      begin
+        result = yield
+      ensure
+        problem, inner = Native.trace_context_pop(token, true)
+      end
+      raise TraceContext.left_set(TraceContext.new(trace_id, span_id), inner) if problem
+
+      result
     end
 
     # Puts the current fiber in the context until clear_trace_context is

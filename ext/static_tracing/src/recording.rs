@@ -23,7 +23,6 @@ use crate::trace_contexts;
 use stapsdt::ring::{Arg, Ring, RingConfig, DEFAULT_TABLE_CAPACITY, MAX_TABLE_CAPACITY};
 use stapsdt::ring_file::{RingFile, RingFileError};
 use stapsdt::trace_context::TraceContext;
-use std::cell::Cell;
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{BorrowedFd, RawFd};
@@ -125,7 +124,7 @@ impl Target<'_> {
     pub fn record_integer(&self, time_ns: u64, value: i64) {
         match self.probe {
             Some(probe) => {
-                let maker = trace_contexts::maker(self.recording, time_ns, thread_id());
+                let maker = trace_contexts::maker(self.recording, time_ns);
                 self.ring().record_integer_by(probe, time_ns, maker, value);
             }
             None => self.ring().count_dropped(),
@@ -136,7 +135,7 @@ impl Target<'_> {
     pub fn record(&self, time_ns: u64, args: &[Arg<'_>]) {
         match self.probe {
             Some(probe) => {
-                let maker = trace_contexts::maker(self.recording, time_ns, thread_id());
+                let maker = trace_contexts::maker(self.recording, time_ns);
                 self.ring().record_by(probe, time_ns, maker, args);
             }
             None => self.ring().count_dropped(),
@@ -358,24 +357,11 @@ pub fn forget_inherited() {
     }
 }
 
-/// This thread's id, from the kernel once per thread (and again after a
-/// fork, where the one thread left has a new id).
+/// Forks so far in this process's line: a thread id cached before a fork
+/// is not the child's (see `trace_contexts`, which caches it).
 #[inline]
-fn thread_id() -> u32 {
-    thread_local! {
-        static CACHED: Cell<(u32, u32)> = const { Cell::new((u32::MAX, 0)) };
-    }
-    let forks = FORKS.load(Ordering::Relaxed);
-    CACHED.with(|cached| {
-        let (seen_at, tid) = cached.get();
-        if seen_at == forks {
-            return tid;
-        }
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() } as u32;
-        cached.set((forks, tid));
-        tid
-    })
+pub fn forks() -> u32 {
+    FORKS.load(Ordering::Relaxed)
 }
 
 /// CLOCK_MONOTONIC and CLOCK_REALTIME read together: the second between
