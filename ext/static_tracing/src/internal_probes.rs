@@ -65,6 +65,8 @@ pub fn state_publish(path: &str) {
     probes::state__publish!(|| path);
 }
 
+// The probe macro takes a closure's text, not a function.
+#[allow(clippy::redundant_closure)]
 pub fn trace_context(ids: impl FnOnce() -> (String, String)) {
     probes::trace__context!(|| ids());
 }
