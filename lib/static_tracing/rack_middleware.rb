@@ -40,7 +40,7 @@ module StaticTracing
     end
 
     def call(env)
-      ids = trace_ids(env)
+      ids = TraceContext.of_request(env)
       return call_traced(env) unless ids
 
       StaticTracing.with_trace_context(*ids) { call_traced(env) }
@@ -63,21 +63,6 @@ module StaticTracing
       end
     end
 
-    # [trace_id, span_id] the request runs in, or nil.
-    def trace_ids(env)
-      open_telemetry_ids || TraceContext.parse_traceparent(env["HTTP_TRACEPARENT"])
-    end
-
-    # The current span's ids, through OpenTelemetry's public API, when it
-    # is loaded and the span records.
-    def open_telemetry_ids
-      return unless defined?(::OpenTelemetry::Trace) && ::OpenTelemetry::Trace.respond_to?(:current_span)
-
-      span = ::OpenTelemetry::Trace.current_span
-      context = span.context
-      [context.hex_trace_id, context.hex_span_id] if span.recording? && context.valid?
-    end
-
     # Rack says an Integer; some apps give a String. Tracing must not fail
     # the request over it.
     def status_of(response)
@@ -85,6 +70,24 @@ module StaticTracing
       status.respond_to?(:to_i) ? status.to_i : 0
     rescue StandardError
       0
+    end
+  end
+
+  # Runs each request in its W3C trace context (TraceContext.of_request),
+  # and does nothing else: what the Rails integration puts first in an
+  # app's middleware (RackMiddleware does the same, and fires its probe).
+  #
+  #   use StaticTracing::TraceContextMiddleware
+  class TraceContextMiddleware
+    def initialize(app)
+      @app = app
+    end
+
+    def call(env)
+      ids = TraceContext.of_request(env)
+      return @app.call(env) unless ids
+
+      StaticTracing.with_trace_context(*ids) { @app.call(env) }
     end
   end
 

@@ -47,6 +47,23 @@ module StaticTracing
       Native.traceparent(header)
     end
 
+    # [trace_id, span_id] a Rack request runs in, or nil: the ids of
+    # OpenTelemetry's current span where its API is loaded and that span is
+    # recording (through its public API), else the trace id and parent id
+    # of the request's `traceparent` header.
+    def self.of_request(env)
+      open_telemetry_ids || parse_traceparent(env["HTTP_TRACEPARENT"])
+    end
+
+    def self.open_telemetry_ids
+      return unless defined?(::OpenTelemetry::Trace) && ::OpenTelemetry::Trace.respond_to?(:current_span)
+
+      span = ::OpenTelemetry::Trace.current_span
+      context = span.context
+      [context.hex_trace_id, context.hex_span_id] if span.recording? && context.valid?
+    end
+    private_class_method :open_telemetry_ids
+
     class << self
       # The current fiber's innermost context, or nil.
       def current
