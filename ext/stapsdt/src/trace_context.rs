@@ -97,13 +97,23 @@ fn shown(text: &[u8]) -> String {
     out
 }
 
-/// The value of a lowercase hex digit.
-const fn hex_value(byte: u8) -> Option<u8> {
-    match byte {
-        b'0'..=b'9' => Some(byte - b'0'),
-        b'a'..=b'f' => Some(byte - b'a' + 10),
-        _ => None,
+/// Each byte's value as a lowercase hex digit, `NOT_HEX` for any other:
+/// ids are decoded as requests are served, a table lookup a digit.
+const NOT_HEX: u8 = 0xff;
+const HEX_VALUES: [u8; 256] = {
+    let mut values = [NOT_HEX; 256];
+    let mut digit = 0;
+    while digit < 16 {
+        values[b"0123456789abcdef"[digit] as usize] = digit as u8;
+        digit += 1;
     }
+    values
+};
+
+/// The value of a lowercase hex digit.
+fn hex_value(byte: u8) -> Option<u8> {
+    let value = HEX_VALUES[usize::from(byte)];
+    (value != NOT_HEX).then_some(value)
 }
 
 /// The bytes `hex` (exactly `2 * N` lowercase hex digits) stands for.
@@ -112,10 +122,17 @@ fn decode<const N: usize>(hex: &[u8]) -> Option<[u8; N]> {
         return None;
     }
     let mut out = [0; N];
+    // Every digit is looked up before any is checked: one branch an id.
+    let mut invalid = 0;
     for (byte, pair) in out.iter_mut().zip(hex.chunks_exact(2)) {
-        *byte = (hex_value(pair[0])? << 4) | hex_value(pair[1])?;
+        let (high, low) = (
+            HEX_VALUES[usize::from(pair[0])],
+            HEX_VALUES[usize::from(pair[1])],
+        );
+        invalid |= high | low;
+        *byte = (high << 4) | low;
     }
-    Some(out)
+    (invalid & 0xf0 == 0).then_some(out)
 }
 
 fn parse_id<const N: usize>(kind: IdKind, hex: &[u8]) -> Result<[u8; N], IdError> {
