@@ -48,6 +48,23 @@ RSpec.describe "Trace contexts" do
       expect(StaticTracing.current_trace_context).to be_nil
     end
 
+    it "clears the context when the block breaks, throws, returns, or its fiber yields" do
+      expect(StaticTracing.with_trace_context(trace_id, span_id) { break 5 }).to eq(5)
+      expect(catch(:out) { StaticTracing.with_trace_context(trace_id, span_id) { throw :out, 7 } }).to eq(7)
+      returning = Class.new { def call(ids) = StaticTracing.with_trace_context(*ids) { return 9 } }
+      expect(returning.new.call([trace_id, span_id])).to eq(9)
+      expect(StaticTracing.current_trace_context).to be_nil
+      fiber = Fiber.new do
+        StaticTracing.with_trace_context(trace_id, span_id) do
+          Fiber.yield(StaticTracing.current_trace_context.trace_id)
+          :done
+        end
+      end
+      expect(fiber.resume).to eq(trace_id)
+      expect(StaticTracing.current_trace_context).to be_nil
+      expect(fiber.resume).to eq(:done)
+    end
+
     it "refuses ids that are not W3C ids, saying the form expected, and sets nothing" do
       [["4bf9", span_id, /a trace id is 32 lowercase hex digits.*got "4bf9" \(4 characters\)/],
        [trace_id.upcase, span_id, /character 2 is an upper-case digit/],

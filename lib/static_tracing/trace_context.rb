@@ -86,13 +86,6 @@ module StaticTracing
         nil
       end
 
-      # What a block that left contexts set inside +context+ raises: they
-      # were cleared with it (see StaticTracing.with_trace_context).
-      def left_set(context, inner)
-        TraceContextError.new("contexts set inside the #{context} were left set, and are cleared: " \
-                              "#{inner.join(", ")}")
-      end
-
       private
 
       def message(context, problem, inner)
@@ -110,25 +103,13 @@ module StaticTracing
   end
 
   class << self
-    # Runs the block in the W3C trace context of +trace_id+ (32 lowercase
-    # hex digits) and +span_id+ (16), returning its value, then puts the
-    # context before back, also when the block raises: see TraceContext.
-    # Bad ids raise ArgumentError, which says the form expected. Contexts
-    # set inside and left set are cleared too, and that is an error of its
-    # own. (Written out here, not forwarded: a call costs tens of ns.)
-    def with_trace_context(trace_id, span_id)
-      raise ArgumentError, "with_trace_context needs a block (set_trace_context has none)" unless block_given?
-
-      token = Native.trace_context_push(trace_id, span_id)
-      begin
-        result = yield
-      ensure
-        problem, inner = Native.trace_context_pop(token, true)
-      end
-      raise TraceContext.left_set(TraceContext.new(trace_id, span_id), inner) if problem
-
-      result
-    end
+    # StaticTracing.with_trace_context(trace_id, span_id) { ... } is the
+    # extension's (one call, the block yielded from there): it runs the
+    # block in the W3C trace context of +trace_id+ (32 lowercase hex
+    # digits) and +span_id+ (16), returning its value, then puts the context
+    # before back, also when the block raises. Bad ids raise ArgumentError,
+    # which says the form expected; contexts set inside and left set are
+    # cleared too, and raise TraceContextError.
 
     # Puts the current fiber in the context until clear_trace_context is
     # given what this returns.

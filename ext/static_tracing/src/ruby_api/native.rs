@@ -53,6 +53,6 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     c_method_wrapper::define_natives(native)?;
     watcher::define_natives(native)?;
     recorder::define_natives(native)?;
-    trace_context::define_natives(native)?;
+    trace_context::define_natives(ruby, native)?;
     Ok(())
 }

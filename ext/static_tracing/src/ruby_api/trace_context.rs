@@ -5,9 +5,11 @@
 //! `stapsdt::trace_context`; each fiber's nesting in `trace_contexts`.
 
 use super::arguments::describe;
-use super::errors::{argument_error, type_error};
+use super::errors::{argument_error, trace_context_error, type_error};
+use super::root;
 use crate::internal_probes;
 use crate::trace_contexts::{self, PopError};
+use magnus::rb_sys::{protect, FromRawValue};
 use magnus::{function, Error, Object, RModule, RString, Ruby, Symbol, Value};
 use stapsdt::trace_context::TraceContext;
 
@@ -43,17 +45,10 @@ fn push(ruby: &Ruby, trace_id: Value, span_id: Value) -> Result<u64, Error> {
 /// changed).
 fn pop(ruby: &Ruby, token: u64, unwind: bool) -> Option<(Symbol, Vec<String>)> {
     let popped = trace_contexts::pop(token, unwind);
-    let changed = match &popped {
-        Ok(now) => Some(*now),
-        Err(PopError::Inner(_)) if unwind => Some(trace_contexts::current()),
-        Err(_) => None,
-    };
-    if let Some(now) = changed {
-        internal_probes::trace_context(|| {
-            now.map_or_else(Default::default, |context| {
-                (context.trace_hex(), context.span_hex())
-            })
-        });
+    match &popped {
+        Ok(now) => fire_changed(*now),
+        Err(PopError::Inner(_)) if unwind => fire_changed(trace_contexts::current()),
+        Err(_) => {}
     }
     let (problem, inner) = match popped {
         Ok(_) => return None,
@@ -62,11 +57,96 @@ fn pop(ruby: &Ruby, token: u64, unwind: bool) -> Option<(Symbol, Vec<String>)> {
         Err(PopError::Popped) => ("popped", Vec::new()),
         Err(PopError::Inner(inner)) => ("inner", inner),
     };
-    let inner = inner
-        .iter()
-        .map(|context| format!("trace {} span {}", context.trace_hex(), context.span_hex()))
-        .collect();
+    let inner = inner.iter().map(shown).collect();
     Some((ruby.to_symbol(problem), inner))
+}
+
+/// What `with_trace_context`'s ensure found: the token it pops, and the
+/// contexts the block left set inside it (popped with it).
+struct Within {
+    token: u64,
+    left: Vec<TraceContext>,
+}
+
+/// `StaticTracing.with_trace_context(trace_id, span_id) { }`: runs the
+/// block in the context, then pops it, also when the block raises;
+/// contexts the block left set inside it are popped too, and (when the
+/// block returned) a TraceContextError. One native call, the block yielded
+/// from here: the whole of setting and clearing a context around a request.
+fn with_trace_context(ruby: &Ruby, trace_id: Value, span_id: Value) -> Result<Value, Error> {
+    if !ruby.block_given() {
+        return Err(argument_error(
+            ruby,
+            "with_trace_context needs a block (set_trace_context has none)".to_owned(),
+        ));
+    }
+    let mut within = Within {
+        token: push(ruby, trace_id, span_id)?,
+        left: Vec::new(),
+    };
+    let data = &mut within as *mut Within as rb_sys::VALUE;
+    // SAFETY: `body` only yields and `ensure` only reads and writes
+    // `within`, which outlives the call; an exception of the block leaves
+    // `rb_ensure` (after `ensure` ran) to `protect`, which returns it here,
+    // so that no Rust frame of ours is jumped over.
+    let result = protect(|| unsafe { rb_sys::rb_ensure(Some(body), 0, Some(ensure), data) })?;
+    if !within.left.is_empty() {
+        let this = ids_shown(trace_id, span_id);
+        let left: Vec<String> = within.left.iter().map(shown).collect();
+        return Err(trace_context_error(
+            ruby,
+            format!(
+                "contexts set inside the {this} were left set, and are cleared: {}",
+                left.join(", ")
+            ),
+        ));
+    }
+    // SAFETY: what the block returned, a live Ruby value.
+    Ok(unsafe { Value::from_raw(result) })
+}
+
+/// The context of ids `push` took, as the messages show it.
+fn ids_shown(trace_id: Value, span_id: Value) -> String {
+    let text = |value: Value| RString::from_value(value).and_then(|text| text.to_string().ok());
+    match (text(trace_id), text(span_id)) {
+        (Some(trace_id), Some(span_id)) => format!("trace {trace_id} span {span_id}"),
+        _ => "context".to_owned(),
+    }
+}
+
+/// A context as the messages show it (`TraceContext#to_s`).
+fn shown(context: &TraceContext) -> String {
+    format!("trace {} span {}", context.trace_hex(), context.span_hex())
+}
+
+extern "C" fn body(_: rb_sys::VALUE) -> rb_sys::VALUE {
+    // SAFETY: called by rb_ensure with the GVL, the block given to
+    // with_trace_context to yield to.
+    unsafe { rb_sys::rb_yield(rb_sys::Qnil as rb_sys::VALUE) }
+}
+
+extern "C" fn ensure(data: rb_sys::VALUE) -> rb_sys::VALUE {
+    // SAFETY: `data` is the `Within` of the with_trace_context call that
+    // is running rb_ensure, alive until it returns.
+    let within = unsafe { &mut *(data as *mut Within) };
+    match trace_contexts::pop(within.token, true) {
+        Ok(now) => fire_changed(now),
+        Err(PopError::Inner(inner)) => {
+            fire_changed(trace_contexts::current());
+            within.left = inner;
+        }
+        // The block cannot reach its own token: nothing to pop.
+        Err(_) => {}
+    }
+    rb_sys::Qnil as rb_sys::VALUE
+}
+
+fn fire_changed(now: Option<TraceContext>) {
+    internal_probes::trace_context(|| {
+        now.map_or_else(Default::default, |context| {
+            (context.trace_hex(), context.span_hex())
+        })
+    });
 }
 
 /// `trace_context_current`: `[trace_id, span_id]` of the current fiber's
@@ -83,7 +163,8 @@ fn traceparent(header: RString) -> Option<(String, String)> {
         .map(|context| (context.trace_hex(), context.span_hex()))
 }
 
-pub fn define_natives(native: RModule) -> Result<(), Error> {
+pub fn define_natives(ruby: &Ruby, native: RModule) -> Result<(), Error> {
+    root(ruby).define_singleton_method("with_trace_context", function!(with_trace_context, 2))?;
     native.define_singleton_method("trace_context_push", function!(push, 2))?;
     native.define_singleton_method("trace_context_pop", function!(pop, 2))?;
     native.define_singleton_method("trace_context_current", function!(current, 0))?;
