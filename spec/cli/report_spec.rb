@@ -182,13 +182,20 @@ RSpec.describe "static-tracing report" do
   end
 
   describe "--format chrome" do
-    # The document, its numbers exact.
+    # The events, their numbers read as JavaScript viewers read them: doubles.
     def events(stdout)
-      JSON.parse(stdout, decimal_class: BigDecimal).fetch("traceEvents")
+      JSON.parse(stdout)
     end
 
-    def micros(nanoseconds)
-      BigDecimal(nanoseconds) / 1000
+    # Microseconds from time 0 (the first call's start here, `first`
+    # nanoseconds after the epoch), as a viewer reads them.
+    def micros(nanoseconds, first: 1_000_000 - 2_500_001)
+      (nanoseconds - first) / 1000.0
+    end
+
+    def expect_exact_step(value)
+      # A whole number of 1/1024 µs: what a double holds exactly.
+      expect((value * 1024) % 1).to eq(0), "#{value} is not a step"
     end
 
     let(:records) do
@@ -196,31 +203,41 @@ RSpec.describe "static-tracing report" do
                                 record(stack, ["main;work"], time: 9_500_000, tid: 8)]
     end
 
-    it "is Trace Event Format JSON: every event has the fields its phase requires" do
+    it "is Trace Event Format JSON: an array of events, each with the fields its phase requires" do
       result = cli("report", "--format", "chrome", trace("a.trace", records),
                    trace("b.trace", calls([1]), header: { pid: 9 }))
       expect(result).to have_attributes(exitstatus: 0, stderr: "")
       events = events(result.stdout)
       expect(events).to all(include("name", "ph", "ts", "pid", "tid"))
-      # Three calls, and the stack's two frames as a timeline.
-      expect(events.group_by { |event| event["ph"] }.transform_values(&:size)).to eq("M" => 2, "X" => 5, "i" => 2)
+      # Three calls, the stack's two frames as a timeline, and each track's
+      # CPU profile (a Profile and a ProfileChunk event each).
+      expect(events.group_by { |event| event["ph"] }.transform_values(&:size))
+        .to eq("M" => 2, "X" => 5, "i" => 2, "P" => 6)
       expect(events.select { |event| event["ph"] == "X" }).to all(include("dur"))
       expect(events.select { |event| event["ph"] == "i" }).to all(include("s" => "t"))
+      expect(events.select { |event| event["ph"] == "P" }).to all(include("id", "args"))
+      # The wall-clock time of time 0: the earliest thing the files show,
+      # here the first call's start (its end less its latency).
+      origin = epoch + 1_000_000 - 2_500_001
       expect(events.select { |event| event["ph"] == "M" }.map { |event| [event["name"], event["pid"], event["args"]] })
-        .to eq([["process_name", 4321, { "name" => "ruby 4321" }], ["process_name", 9, { "name" => "ruby 9" }]])
+        .to eq([["process_name", 4321, { "name" => "ruby 4321", "time_origin" => "2023-11-14T22:13:19.998499999Z",
+                                         "time_origin_ns" => origin.to_s }],
+                ["process_name", 9, { "name" => "ruby 9", "time_origin" => "2023-11-14T22:13:19.998499999Z",
+                                      "time_origin_ns" => origin.to_s }]])
     end
 
-    it "starts a call's complete event at its end less its latency, in microseconds to the nanosecond" do
+    it "starts a call's complete event at its end less its latency, in exact steps within a nanosecond" do
       events = events(cli("report", "--format", "chrome", trace("a.trace", records)).stdout)
       calls = events.select { |event| event["ph"] == "X" && event["cat"] != "stack" }
-      expect(calls.map { |event| [event["name"], event["cat"], event["ts"], event["dur"], event["tid"]] }).to eq(
-        [
-          ["my_controller:index", "my_controller", micros(epoch + 1_000_000 - 2_500_001), micros(2_500_001), 7],
-          # A negative latency lasts nothing.
-          ["my_controller:index", "my_controller", micros(epoch + 1_001_000), 0, 7]
-        ]
-      )
-      expect(calls.first["ts"].to_s("F")).to eq("1699999999998499.999")
+      expect(calls.map { |event| [event["name"], event["cat"], event["tid"], event["args"]] })
+        .to eq([["my_controller:index", "my_controller", 7, nil]] * 2)
+      # The first call starts at the first record; the second, whose latency
+      # is negative, lasts nothing.
+      expect(calls[0]["ts"]).to eq(0)
+      expect(calls[1]["ts"]).to be_within(0.0005).of(micros(1_001_000))
+      expect(calls[0]["dur"]).to be_within(0.001).of(2500.001)
+      expect(calls[1]["dur"]).to eq(0)
+      calls.each { |event| [event["ts"], event["dur"]].each { |value| expect_exact_step(value) } }
     end
 
     it "makes a timeline of the stacks: a complete event per frame, until the thread's next stack or the last record" do
@@ -229,8 +246,10 @@ RSpec.describe "static-tracing report" do
       events = events(cli("report", "--format", "chrome", trace("a.trace", stacks)).stdout)
       frames = events.select { |event| event["cat"] == "stack" }
       expect(frames).to all(include("ph" => "X", "tid" => 7, "pid" => 4321))
-      expect(frames.map { |event| [event["name"], event["ts"] - micros(epoch), event["dur"]] }).to eq(
-        [["b", 1, 2], ["c", 3, 1], ["a", 1, 3], ["main", 1, 9]]
+      # In preorder (as viewers nest them), in microseconds from the first
+      # record, a whole number of them here.
+      expect(frames.map { |event| [event["name"], event["ts"], event["dur"]] }).to eq(
+        [["main", 0, 9], ["a", 0, 3], ["b", 0, 2], ["c", 2, 1]]
       )
     end
 
@@ -247,13 +266,13 @@ RSpec.describe "static-tracing report" do
     it "makes an instant event of a record of any other probe, with its arguments" do
       events = events(cli("report", "--format", "chrome", trace("a.trace", records)).stdout)
       instants = events.select { |event| event["ph"] == "i" }
-      expect(instants.map { |event| [event["name"], event["ts"], event["tid"], event["args"]] }).to eq(
-        [
-          ["app:hits", micros(epoch + 9_000_123), 8,
-           { "arg0" => "a \"quoted\"\nline", "arg1" => -(2**63), "arg2" => "NaN" }],
-          ["my_controller_stack:index", micros(epoch + 9_500_000), 8, { "arg0" => "main;work" }]
-        ]
+      expect(instants.map { |event| [event["name"], event["tid"], event["args"]] }).to eq(
+        [["app:hits", 8, { "arg0" => "a \"quoted\"\nline", "arg1" => -(2**63), "arg2" => "NaN" }],
+         ["my_controller_stack:index", 8, { "arg0" => "main;work" }]]
       )
+      expect(instants[0]["ts"]).to be_within(0.0005).of(micros(9_000_123))
+      expect(instants[1]["ts"]).to be_within(0.0005).of(micros(9_500_000))
+      instants.each { |event| expect_exact_step(event["ts"]) }
     end
   end
 

@@ -165,21 +165,25 @@ RSpec.describe "Report formats, as the programs that open them read them", :subp
 
   it "chrome: names each thread as its process named it" do
     document = JSON.parse(report("--format", "chrome"))
-    names = document["traceEvents"].select { |event| event["name"] == "thread_name" }
+    names = document.select { |event| event["name"] == "thread_name" }
     worker = records.find { |record| record.probe.label == "formats_app:index" && record.tid != read_trace(trace).pid }
     expect(names).to include(include("ph" => "M", "tid" => worker.tid, "args" => { "name" => "formats-worker" }))
-    expect(names.map { |event| event["tid"] }).to match_array(records.map(&:tid).uniq)
+    threads, tracks = names.partition { |event| event["tid"] < 2**31 }
+    expect(threads.map { |event| event["tid"] }).to match_array(records.map(&:tid).uniq)
+    # The main thread's stacks, which a recording takes at points in time,
+    # are on a track of their own beside its calls.
+    main = threads.find { |event| event["tid"] == read_trace(trace).pid }
+    expect(tracks.map { |event| event["args"]["name"] }).to eq(["#{main["args"]["name"]} stacks"])
   end
 
   it "chrome: a recording of stacks alone is a timeline of complete events, one per frame run" do
     document = JSON.parse(report("--format", "chrome", "--probe", "formats_stacks_stack"))
-    complete = document["traceEvents"].select { |event| event["ph"] == "X" }
+    complete = document.select { |event| event["ph"] == "X" }
     expect(complete).not_to be_empty
     expect(complete.map { |event| event["cat"] }.uniq).to eq(["stack"])
     expect(complete.map { |event| event["name"] }.uniq).to match_array(recorded_stacks.flatten.uniq)
-    # The last stack's frames last until the last record (within what a
-    # double holds of microseconds since the epoch).
-    last = document["traceEvents"].filter_map { |event| event["ts"] if event["ph"] == "i" }.max
-    expect(complete.map { |event| event["ts"] + event["dur"] }.max).to be_within(1).of(last)
+    # The last stack's frames last until the last record.
+    last = document.filter_map { |event| event["ts"] if event["ph"] == "i" }.max
+    expect(complete.map { |event| event["ts"] + event["dur"] }.max).to eq(last)
   end
 end

@@ -171,9 +171,10 @@ RSpec.describe "Recording a live process with static-tracing", :subprocess do
 
       result = run_cli("report", "--format", "chrome", trace)
       expect(result.exitstatus).to eq(0), result.stderr
-      events = JSON.parse(result.stdout).fetch("traceEvents")
-      # Metadata: the process's name, and its thread's, which record read.
-      expect(events.map { |event| event["ph"] }.tally).to eq("M" => 2, "X" => 20, "i" => 1)
+      events = JSON.parse(result.stdout)
+      # Metadata: the process's name, and its thread's, which record read;
+      # the thread's calls as a CPU profile too (a Profile and a chunk).
+      expect(events.map { |event| event["ph"] }.tally).to eq("M" => 2, "X" => 20, "i" => 1, "P" => 2)
       events.each do |event|
         expect(event.keys).to include("name", "ph", "ts", "pid", "tid")
         expect(event["pid"]).to eq(app.pid)
