@@ -287,6 +287,12 @@ RSpec.describe "static-tracing report" do
       expect(result.stdout).to eq("bad?line;x 1\nmain;a 2\nmain;a;b 2\n")
     end
 
+    it "writes a leaf frame ending in a space and a number so that it cannot read as a differential count" do
+      records = [record(stack, ["<main>;worker 7"], time: 1), record(stack, ["<main>;worker 7"], time: 2)]
+      result = cli("report", "--format", "folded", trace("a.trace", records))
+      expect(result).to have_attributes(exitstatus: 0, stdout: "<main>;worker_7 2\n")
+    end
+
     it "says clearly that there is nothing to fold when no probe has a stack argument" do
       path = trace("a.trace", calls([1]), probes: [index])
       result = cli("report", "--format", "folded", path)
@@ -412,6 +418,31 @@ RSpec.describe "static-tracing report" do
       result = cli("report", "--format", "svg", trace("a.trace", calls([1]), probes: [index]))
       expect(result).to have_attributes(exitstatus: 1, stdout: "")
       expect(result.stderr).to start_with("static-tracing: no stack probes in ")
+    end
+
+    it "folded and svg say there are no stacks when the stack probe recorded none, and leave -o alone" do
+      path = trace("a.trace", calls([1]))
+      output = File.join(dir, "flame.svg")
+      File.write(output, "before")
+      %w[folded svg].each do |format|
+        result = cli("report", "--format", format, path, "-o", output)
+        expect(result).to have_attributes(exitstatus: 1, stdout: "")
+        expect(result.stderr).to eq(
+          "static-tracing: no stacks in #{path}: the stack probes (my_controller_stack:index) recorded none " \
+          "(or none that --probe, --since and --until keep), so there is nothing to fold\n"
+        )
+        expect(File.read(output)).to eq("before")
+      end
+    end
+
+    it "labels the flame graph's root bar, and draws a stack cut at its root as a tower of its own" do
+      stacks = [record(stack, ["[truncated];Integer#times;App#work"], time: 1),
+                record(stack, ["<main>;Integer#times;App#work"], time: 2)]
+      svg = cli("report", "--format", "svg", trace("a.trace", stacks)).stdout
+      root = "all \\(2 calls, 100%\\)"
+      expect(svg).to match(%r{<title>#{root}</title><rect [^>]*/><text [^>]*>#{root}</text>})
+      expect(svg).to include("<title>[truncated] (1 calls, 50.00%)</title>",
+                             "<title>&lt;main&gt; (1 calls, 50.00%)</title>")
     end
   end
 
