@@ -307,6 +307,41 @@ RSpec.describe "static-tracing report" do
   describe "-o OUTPUT" do
     let(:output) { File.join(dir, "report.txt") }
 
+    # The report written to a terminal (its stdout says it is one).
+    def report_to_terminal(*args)
+      terminal = StringIO.new.tap { |io| io.define_singleton_method(:tty?) { true } }
+      err = StringIO.new
+      status = StaticTracing::CLI.run(["report", *args], out: terminal, err:, env: ENV)
+      [status, terminal.string, err.string]
+    end
+
+    it "refuses to write pprof's gzip to a terminal unless -o names a file, and takes -o - for stdout" do
+      path = trace("a.trace", calls([1000]))
+      expect(report_to_terminal("--format", "pprof", path)).to eq(
+        [2, "", "static-tracing report: --format pprof is binary (gzip): name a file with -o FILE, or pipe it " \
+                "(-o - writes it to the terminal anyway) (see static-tracing report --help)\n"]
+      )
+      status, written, = report_to_terminal("--format", "pprof", "-o", "-", path)
+      expect([status, Zlib.gunzip(written)]).to match([0, include("my_controller:index")])
+      # Text formats go to a terminal as they are; -o - is stdout for any.
+      expect(report_to_terminal("--format", "folded", "-o", "-", trace("b.trace", [record(stack, ["main"], time: 1)])))
+        .to eq([0, "main 1\n", ""])
+      expect(Dir.children(dir)).not_to include("-")
+    end
+
+    it "refuses to overwrite a file it reads" do
+      path = trace("a.trace", calls([1000]))
+      link = File.join(dir, "link.trace")
+      File.link(path, link)
+      [path, link].each do |target|
+        result = cli("report", path, "-o", target)
+        expect(result).to have_attributes(exitstatus: 2, stdout: "")
+        expect(result.stderr).to eq("static-tracing report: -o #{target} is #{path}, a file this report reads: name " \
+                                    "another output (see static-tracing report --help)\n")
+      end
+      expect(trace_file.read(path).records.size).to eq(1)
+    end
+
     it "writes the report to OUTPUT instead of stdout" do
       result = cli("report", "-o", output, trace("a.trace", calls([1000])))
       expect(result).to have_attributes(exitstatus: 0, stdout: "", stderr: "")
@@ -447,6 +482,34 @@ RSpec.describe "static-tracing report" do
   end
 
   describe "--probe, --since and --until" do
+    it "refuses a probe pattern that names no probe of the files, saying which probes there are" do
+      path = trace("a.trace", calls([1000]))
+      result = cli("report", path, "--probe", "my_controller", "--probe", "nosuch:*")
+      expect(result).to have_attributes(exitstatus: 1, stdout: "")
+      expect(result.stderr).to eq("static-tracing: --probe nosuch:* names no probe of #{path}; their probes: " \
+                                  "my_controller:index, app:hits, my_controller_stack:index\n")
+    end
+
+    it "refuses times and durations a trace's clock cannot hold, in one line" do
+      path = trace("a.trace", calls([1000]))
+      [["--until", "9999-12-31T23:59:59Z", "is outside the times a trace's clock can hold (1677-09-21T00:12:43Z " \
+                                           "to 2262-04-11T23:47:16Z)"],
+       ["--since", "1500-01-01T00:00:00Z", "is outside the times a trace's clock can hold (1677-09-21T00:12:43Z " \
+                                           "to 2262-04-11T23:47:16Z)"],
+       ["--since", "99999999999s", "is longer than a trace's clock can hold (292 years)"]].each do |option, time, why|
+        result = cli("report", path, option, time)
+        expect(result).to have_attributes(exitstatus: 2, stdout: "")
+        expect(result.stderr).to eq("static-tracing report: #{option} #{time} #{why} (see static-tracing report " \
+                                    "--help)\n")
+      end
+    end
+
+    it "takes rbspy's names of the flame graph formats" do
+      path = trace("a.trace", [record(stack, ["main;a"], time: 1)])
+      expect(cli("report", path, "--format", "collapsed").stdout).to eq("main;a 1\n")
+      expect(cli("report", path, "--format", "flamegraph").stdout).to start_with("<?xml")
+    end
+
     let(:records) do
       calls([1000] * 5) + [record(hits, ["x", 1, 0.5], time: 3_000_000), record(stack, ["main"], time: 9_000_000)]
     end

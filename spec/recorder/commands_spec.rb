@@ -103,7 +103,9 @@ RSpec.describe "Recording a live process with static-tracing", :subprocess do
       started_processes << sleeper
       result = run_cli("record", sleeper.pid)
       expect(result).to have_attributes(exitstatus: 1, stdout: "")
-      expect(result.stderr).to start_with("static-tracing: process #{sleeper.pid} has published no tracing state")
+      expect(result.stderr).to eq("static-tracing: process #{sleeper.pid} has not loaded the static_tracing gem " \
+                                  "(no static_tracing.so in /proc/#{sleeper.pid}/maps): require \"static_tracing\" " \
+                                  "in it first\n")
     end
   end
 

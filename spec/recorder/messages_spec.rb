@@ -44,8 +44,8 @@ RSpec.describe "What is said of a recording", :subprocess do
     expect(result).to have_attributes(exitstatus: 1, stdout: "")
     expect(result.stderr).to eq(
       "static-tracing: process #{app.pid} is not recording (its last recording ended: a request stopped it " \
-      "(static-tracing record PID --stop, or the command that started it)); dump writes what a flight recording " \
-      "holds: start one with static-tracing record #{app.pid} --flight\n"
+      "(static-tracing record #{app.pid} --stop, or the command that started it)); dump writes what a flight " \
+      "recording holds: start one with static-tracing record #{app.pid} --flight\n"
     )
     expect(Dir.children(dir)).to be_empty
   end

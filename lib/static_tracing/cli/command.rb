@@ -45,6 +45,7 @@ module StaticTracing
 
       def run(argv)
         args = parser.parse(argv)
+        args.unshift(@pid_option) if @pid_option
         return show(parser.help) if @help
         return show("#{PROGRAM} #{VERSION}\n") if @version
 
@@ -61,6 +62,7 @@ module StaticTracing
           parser.separator("")
           parser.separator("Options:")
           define_options(parser)
+          define_pid_option(parser) if self.class.arguments.start_with?("PID")
           parser.on("-h", "--help", "Show this help") { @help = true }
           # Also keeps OptionParser's own --version, which exits, out of the way.
           parser.on("--version", "Show the version") { @version = true }
@@ -70,6 +72,15 @@ module StaticTracing
       private
 
       def define_options(_parser); end
+
+      # rbspy's and py-spy's way of naming the process, taken as well.
+      def define_pid_option(parser)
+        parser.on("--pid PID", "The process, as rbspy and py-spy name it: the same as PID") do |pid|
+          raise UsageError, "--pid given twice: #{@pid_option} and #{pid}" if @pid_option
+
+          @pid_option = pid
+        end
+      end
 
       def show(text)
         out.print(text)

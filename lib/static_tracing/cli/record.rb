@@ -71,6 +71,7 @@ module StaticTracing
         @stop = false
         @wait_for_probes = false
         parser.on("--seconds N", "Record for N seconds (default: until Ctrl-C)") { |value| @seconds = seconds(value) }
+        parser.on("--duration N", "The same as --seconds N (rbspy's name)") { |value| @seconds = seconds(value) }
         parser.on("-o", "--output FILE", "Write the trace file to FILE") { |path| @output = path }
         RecordingOptions.define(parser, @values)
         parser.on("--wait-for-probes", "Accept patterns (and a --dump-when) that match no probe yet: record " \
