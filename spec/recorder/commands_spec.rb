@@ -60,8 +60,37 @@ RSpec.describe "Recording a live process with static-tracing", :subprocess do
       result = run_cli("record", app.pid, "--seconds", "0.5", "-o", trace, timeout: 30)
       expect(result.exitstatus).to eq(0), result.stderr
       expect(result.stdout).to start_with("Wrote ")
+      # Not a terminal: no progress line.
+      expect(result.stderr).not_to include("records read")
       expect(recorded_calls(read_trace(trace)).keys).to eq(["rec_app:index"])
       expect(eventually("the recording to stop") { recorder_status.nil? }).to be(true)
+    end
+
+    it "shows a terminal the time recorded and the records read and lost as it goes, then clears the line" do
+      require "pty"
+      trace = File.join(dir, "progress.trace")
+      app.evaluate("Thread.new { loop { run(10); sleep 0.01 } }; nil")
+      output = +""
+      PTY.spawn(RbConfig.ruby, E2E::Recording::EXE, "record", app.pid.to_s, "--seconds", "1.5", "-o",
+                trace) do |r, _, pid|
+        deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30
+        begin
+          while (left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)).positive? && r.wait_readable(left)
+            output << r.readpartial(4096)
+          end
+        rescue EOFError, Errno::EIO
+          # The command exited: its terminal is closed.
+        end
+        Process.kill("KILL", pid) unless Process.wait(pid, Process::WNOHANG)
+      end
+      lines = output.split(/\r\e\[K|\r?\n/)
+      progress = lines.grep(/records read/)
+      expect(progress).not_to be_empty, output
+      expect(progress).to all(match(/\A\d+\.\ds: \d+ records read, none lost\z/))
+      read = progress.map { |line| line[/(\d+) records/, 1].to_i }
+      expect(read).to eq(read.sort)
+      # Cleared before the report: the line after the last progress is "Wrote ...".
+      expect(output).to match(/records read, none lost\r\e\[KWrote /)
     end
 
     it "reads a ring whose process was killed with SIGKILL while recording, to its last record" do

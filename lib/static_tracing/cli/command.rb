@@ -91,24 +91,30 @@ module StaticTracing
         raise NotImplementedError, "#{self.class} must implement #execute"
       end
 
-      # The process +pid+, which must have stubs loaded.
-      def loaded_target(pid)
+      # The process +pid+, which must have stubs loaded (or, if +empty+, at
+      # least the gem).
+      def loaded_target(pid, empty: false)
         target = Target.new(pid)
         target.ignored.each do |ignored|
           err.puts("#{PROGRAM}: ignored #{ignored.mapping}: #{ignored.reason}")
         end
         return target unless target.stubs.empty?
+        return target if empty && target.extension_loaded?
 
         raise Error, no_stubs_message(target)
+      end
+
+      # Why a process that loaded the gem has no provider loaded.
+      def no_providers_reason(pid, recording: true)
+        "providers load on demand (Provider#load, or as tracepoints are declared in ON mode) or, in SIGNAL mode " \
+          "(the default), after the process receives the configured signal (SIGTRAP unless configured otherwise: " \
+          "kill -TRAP #{pid})#{recording_without_providers(pid) if recording}"
       end
 
       def no_stubs_message(target)
         pid = target.pid
         if target.extension_loaded?
-          "process #{pid} has no static_tracing providers loaded: providers load on demand " \
-            "(Provider#load, or as tracepoints are declared in ON mode) or, in SIGNAL mode (the default), " \
-            "after the process receives the configured signal (SIGTRAP unless configured otherwise: " \
-            "kill -TRAP #{pid})#{recording_without_providers(pid)}"
+          "process #{pid} has no static_tracing providers loaded: #{no_providers_reason(pid)}"
         else
           "process #{pid} has no static_tracing probes: it has not loaded the static_tracing gem " \
             "(no #{Target::EXTENSION} in /proc/#{pid}/maps); require it in that process first"

@@ -241,7 +241,7 @@ module StaticTracing
         err.puts("Recording #{count(recording.status["armed"], "probe")} (#{patterns(settings)}) in process " \
                  "#{recorder.pid}#{@seconds ? " for #{format("%g", @seconds)}s" : ""} (Ctrl-C to stop)...")
         say_unrecorded(recording)
-        recording.follow(seconds: @seconds)
+        recording.follow(seconds: @seconds, progress: (err if err.tty?))
         finish(recording, output)
       end
     end
