@@ -206,14 +206,15 @@ impl<W: Write> Events<'_, W> {
                 }
             };
             self.out.write_all(b"}")?;
-            profile.span(span.start, span.end, &name);
+            profile.span(&name);
         }
         if profile.is_empty() {
             return Ok(());
         }
         self.profiles += 1;
         let first = &mut self.first;
-        profile.write(self.out, self.profiles, pid, tid, |out: &mut W| {
+        let times = spans.iter().map(|span| (span.start, span.end));
+        profile.write(self.out, (self.profiles, pid, tid), times, |out: &mut W| {
             if !std::mem::take(first) {
                 out.write_all(b",\n")?;
             }

@@ -5,6 +5,7 @@
 //! each time is within half a nanosecond of the one recorded, each
 //! duration within one.
 
+use serde_json::ser::{CompactFormatter, Formatter};
 use std::io::{self, Write};
 use std::ops::Sub;
 
@@ -29,13 +30,24 @@ impl Ticks {
             out.write_all(b"-")?;
         }
         let magnitude = self.0.unsigned_abs();
-        write!(out, "{}", magnitude / 1024)?;
+        // Written without allocating: a report writes millions of times.
+        match u64::try_from(magnitude / 1024) {
+            Ok(whole) => CompactFormatter.write_u64(out, whole)?,
+            Err(_) => CompactFormatter.write_u128(out, magnitude / 1024)?,
+        }
         let fraction = magnitude % 1024;
         if fraction == 0 {
             return Ok(());
         }
-        let digits = format!("{:010}", fraction * STEP_DIGITS);
-        write!(out, ".{}", digits.trim_end_matches('0'))
+        // '.' and the fraction's 10 decimals (1023 steps: 0.9990234375).
+        let mut digits = *b".0000000000";
+        let mut decimals = fraction * STEP_DIGITS;
+        for digit in digits[1..].iter_mut().rev() {
+            *digit = b'0' + (decimals % 10) as u8;
+            decimals /= 10;
+        }
+        let end = digits.iter().rposition(|&digit| digit != b'0').unwrap_or(0) + 1;
+        out.write_all(&digits[..end])
     }
 }
 

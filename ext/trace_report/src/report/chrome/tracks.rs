@@ -79,9 +79,14 @@ pub(super) fn threads(trace: &Trace, origin: i128) -> BTreeMap<u32, Thread<'_>> 
     for thread in threads.values_mut() {
         // Of two calls with the same start and end, the one recorded
         // later encloses the other (an inner call's record is made first).
-        let mut numbered: Vec<(usize, Span<'_>)> = thread.calls.drain(..).enumerate().collect();
-        numbered.sort_by_key(|(number, span)| (span.start, Reverse(span.end), Reverse(*number)));
-        thread.calls = numbered.into_iter().map(|(_, span)| span).collect();
+        // In place, with no copy: there can be millions.
+        thread.calls.sort_unstable_by_key(|span| {
+            let seq = match span.kind {
+                SpanKind::Call(record) => record.seq,
+                SpanKind::Frame { .. } => 0,
+            };
+            (span.start, Reverse(span.end), Reverse(seq))
+        });
         thread.frames.sort_by_key(|span| {
             let depth = match span.kind {
                 SpanKind::Frame { depth, .. } => depth,
