@@ -7,7 +7,8 @@
 //! arguments in `args`. A thread whose name the file holds gets a
 //! `thread_name` metadata event.
 //!
-//! Times are microseconds from the first record of all the files, each a
+//! Times are microseconds from the earliest thing the files show (a
+//! record, or the start of a call), each a
 //! whole number of steps of 1/1024 µs ([`ticks`]): what every viewer that
 //! reads them as doubles holds exactly, so that events nest in it as they
 //! were recorded, and each duration is within a nanosecond of the one
@@ -22,7 +23,8 @@
 //! Each track's spans are in the file twice: as complete events, and as a
 //! Chrome CPU profile ([`cpu_profile`]), which speedscope reads instead of
 //! the events when the file is named as Chrome DevTools names its own
-//! (`*.chrome.json`, `Trace-*`, `Profile-*`). Perfetto reads the events.
+//! (`*.chrome.json`, `Profile-*`). Perfetto reads the events. (A file
+//! named `Trace-*` speedscope reads as the object form, which this is not.)
 //!
 //! A file can hold millions of records: instant events are written straight
 //! into the buffered output; what a track's spans need is held per thread

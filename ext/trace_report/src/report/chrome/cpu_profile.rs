@@ -5,7 +5,7 @@
 //! reads a file named as DevTools names its own (`*.chrome.json`) only
 //! through these; it turns the samples back into the same spans.
 //!
-//! Times are as in the events, from the first record: the profile starts
+//! Times are as in the events, from the same time 0: the profile starts
 //! at 0, its first time delta is its first span's start. The tree and the
 //! samples are walked from the spans as they are written: what is held
 //! is each span's name, as an index into the names.
