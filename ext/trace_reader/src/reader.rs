@@ -85,8 +85,8 @@ impl Traces {
             until: until.map(|bound| bound_of(ruby, bound)).transpose()?,
             trace_id,
         };
-        select::select(&mut rb_self.traces.borrow_mut(), &selection);
-        Ok(())
+        select::select(&mut rb_self.traces.borrow_mut(), &selection)
+            .map_err(|message| cli_error(ruby, message))
     }
 
     /// `slowest=(count)`: how many of each latency probe's slowest calls
