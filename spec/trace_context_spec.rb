@@ -162,6 +162,25 @@ RSpec.describe "Trace contexts" do
       expect(ring.lost).to eq(0)
     end
 
+    it "keeps each fiber's context through GC.compact" do
+      skip "GC.compact is not available here" unless GC.respond_to?(:compact)
+
+      StaticTracing::Recorder.start(probes: ["ctx_app:*"])
+      fiber = Fiber.new do
+        StaticTracing.with_trace_context(other_trace, other_span) do
+          Fiber.yield
+          tracepoint.fire(2)
+        end
+      end
+      StaticTracing.with_trace_context(trace_id, span_id) do
+        fiber.resume
+        GC.compact
+        tracepoint.fire(1)
+        fiber.resume
+      end
+      expect(contexts(ring)).to eq([[1, [trace_id, span_id]], [2, [other_trace, other_span]]])
+    end
+
     it "gives a context set before the recording started to the thread's first records" do
       StaticTracing.with_trace_context(trace_id, span_id) do
         StaticTracing::Recorder.start(probes: ["ctx_app:*"])
