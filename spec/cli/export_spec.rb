@@ -46,7 +46,7 @@ RSpec.describe "static-tracing export" do
 
       families = parse(tally_class.exposition([[42, tally]]))
       expect(families.keys).to eq(%w[static_tracing_probe_calls_total static_tracing_probe_latency_seconds
-                                     static_tracing_lost_records_total])
+                                     static_tracing_lost_records_total static_tracing_ring_refused])
       expect(calls(families)).to eq(%w[42 index] => 4, %w[42 hits] => 1)
       buckets = PrometheusText.values(families, "static_tracing_probe_latency_seconds_bucket", by: [:le])
       expect(buckets.values_at(%w[1e-06], %w[2e-06], %w[0.001024], %w[0.002048], %w[4e-06], %w[+Inf]))

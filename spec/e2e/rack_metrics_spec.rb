@@ -28,7 +28,8 @@ RSpec.describe "StaticTracing::Rack::Metrics", :subprocess do
                           "content-length" => text.bytesize.to_s)
     expect(PrometheusText.parse(text).keys).to eq(%w[static_tracing_probe_calls_total
                                                      static_tracing_probe_latency_seconds
-                                                     static_tracing_lost_records_total])
+                                                     static_tracing_lost_records_total
+                                                     static_tracing_ring_refused])
     expect(app.call("REQUEST_METHOD" => "HEAD")[2]).to eq([])
     refused = [405, { "content-type" => "text/plain", "allow" => "GET, HEAD" }, ["only GET and HEAD\n"]]
     expect(app.call("REQUEST_METHOD" => "POST")).to eq(refused)

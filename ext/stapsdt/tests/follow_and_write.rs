@@ -189,3 +189,54 @@ fn a_file_that_breaks_the_format_is_named_in_the_error() {
         "{err}"
     );
 }
+
+#[test]
+fn a_ring_rewritten_under_its_follower_is_read_no_more_and_what_was_read_is_written_readable() {
+    // max_string (offset 88) lowered under the Strings read, or table_used
+    // (offset 384) down to the first entry: the trace file written holds
+    // what was read before, with the header and table it was read with.
+    for (at, value) in [(88, 4u32), (384, 24)] {
+        let mut fixture = Fixture::new(&format!("rewritten-{at}"), 64, true);
+        let number = fixture
+            .ring
+            .add_probe("app", "p", &[ArgType::Int64], Some(0), None)
+            .unwrap();
+        let text = fixture
+            .ring
+            .add_probe("app", "s", &[ArgType::String], None, None)
+            .unwrap();
+        assert!(fixture.ring.record_integer(number, 1, 1, 5));
+        assert!(fixture
+            .ring
+            .record(text, 2, 1, &[Arg::Str(b"a long string")]));
+        fixture.sync();
+        let mut follower = Follower::new(&fixture.file, "ring").unwrap();
+        assert_eq!(follower.poll(&fixture.file).unwrap(), 2);
+
+        assert!(fixture.ring.record_integer(number, 3, 1, 6));
+        fixture.sync();
+        fixture.file.write_all_at(&value.to_le_bytes(), at).unwrap();
+        let err = follower.poll(&fixture.file).unwrap_err().to_string();
+        assert!(
+            err.starts_with("ring: the ring was rewritten since it was last read: "),
+            "{err}"
+        );
+        // Put back: still read no more.
+        fixture.sync();
+        assert_eq!(follower.finish(&fixture.file).unwrap_err().to_string(), err);
+        assert_eq!(follower.refused(), Some(err.as_str()));
+
+        let mut written = Vec::new();
+        follower.write(&mut written).unwrap();
+        let trace = parse(&written).unwrap();
+        assert_eq!(
+            values(&trace),
+            [
+                vec![Value::Int(5)],
+                vec![Value::Str(b"a long string".to_vec())]
+            ]
+        );
+        assert_eq!(trace.probes.len(), 2);
+        assert_eq!(trace.header.max_string, 1024);
+    }
+}

@@ -57,6 +57,12 @@ impl Tally {
         read.map_err(|err| trace_error(ruby, err))
     }
 
+    /// Why the ring is read no more (it contradicted what the scrapes
+    /// before found: `stapsdt::ring::continuity`), or nil.
+    fn refused(&self) -> Option<String> {
+        self.lock().refused().map(str::to_owned)
+    }
+
     /// `[dropped, overwritten]`: records lost so far.
     fn lost(&self) -> (u64, u64) {
         let lost = self.lock().lost();
@@ -122,6 +128,7 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     class.define_singleton_method("exposition", function!(Tally::exposition, 1))?;
     class.define_method("scrape", method!(Tally::scrape, 1))?;
     class.define_method("lost", method!(Tally::lost, 0))?;
+    class.define_method("refused", method!(Tally::refused, 0))?;
     class.define_method("probe_list", method!(Tally::probes, 0))?;
     Ok(())
 }

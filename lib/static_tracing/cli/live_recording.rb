@@ -11,15 +11,18 @@ module StaticTracing
     # the command (the process stopped it, its lease lapsed while the
     # command was suspended, another command stopped it) is noticed, and
     # said, instead of being taken for a quiet one. Whatever ends it, what
-    # was read is kept: the ring stays open all along, and a ring whose
-    # process died is read to its last record.
+    # was read is kept: the ring stays open all along, a ring whose
+    # process died is read to its last record, and a ring its process
+    # rewrote under the reader (TraceReader::Follower refuses it) is read
+    # no more, and what was read before is written.
     class LiveRecording
       POLL_INTERVAL = 0.1
       CHECK_INTERVAL = 1.0
 
       # Why following ended: :time (--seconds), :interrupt (Ctrl-C), :exited
-      # (the process is gone) or :cut_short (the recording ended under the
-      # command; +reason+ says how).
+      # (the process is gone), :cut_short (the recording ended under the
+      # command; +reason+ says how) or :refused (its ring could not be read
+      # on: +reason+ says why).
       Ending = Struct.new(:kind, :reason)
 
       attr_reader :recorder, :id, :reader, :ending, :status, :stop_failure
@@ -46,10 +49,10 @@ module StaticTracing
           @reader = TraceFile::RingReader.new(ring)
           opened&.call
           @ending = with_signals(interrupt) { poll(seconds && (CLI.monotonic + seconds)) }
-          stop if %i[time interrupt].include?(ending.kind)
+          stop if %i[time interrupt refused].include?(ending.kind)
           @finished = CLI.monotonic
           @status = final_status
-          reader.take_rest
+          take_rest
         end
         self
       end
@@ -59,8 +62,10 @@ module StaticTracing
         (@finished || CLI.monotonic) - @started
       end
 
+      # Whether it ended before it was asked to: the process ended the
+      # recording, or its ring could not be read on.
       def cut_short?
-        ending&.kind == :cut_short
+        %i[cut_short refused].include?(ending&.kind)
       end
 
       # The probes the recording named that its ring's probe table could
@@ -106,6 +111,19 @@ module StaticTracing
         end
       rescue Interrupt
         Ending.new(:interrupt)
+      rescue TraceFile::FormatError => e
+        refused(e)
+      end
+
+      # The last read, unless the ring was refused (it then stays so).
+      def take_rest
+        reader.take_rest unless ending.kind == :refused
+      rescue TraceFile::FormatError => e
+        @ending = refused(e)
+      end
+
+      def refused(error)
+        Ending.new(:refused, "its ring could not be read on: #{error.message}")
       end
 
       # Every CHECK_INTERVAL: whether the recording ended under the

@@ -43,7 +43,7 @@ module StaticTracing
 
       def report(path, recording)
         why = { time: "", interrupt: " (interrupted)", exited: " (the process exited)",
-                cut_short: " (cut short)" }.fetch(recording.ending.kind)
+                cut_short: " (cut short)", refused: " (cut short)" }.fetch(recording.ending.kind)
         # The report says how far apart the first record and the last are;
         # this, how long the recording ran.
         length = Durations.format((recording.seconds * 1e9).round)

@@ -18,7 +18,7 @@ use super::format::{
 use std::fmt;
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 
 /// Where a file's bytes are.
 pub trait ReadAt {
@@ -27,6 +27,18 @@ pub trait ReadAt {
     /// Reads into `buf` from `offset`, as pread does: fewer bytes than
     /// asked at the file's end, 0 past it.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// Which file it is, where that can be told: a reader that reads a
+    /// ring again knows by it a ring rewritten from a new one.
+    fn file_id(&self) -> io::Result<Option<FileId>> {
+        Ok(None)
+    }
+}
+
+/// A file, by its device and inode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FileId {
+    pub dev: u64,
+    pub ino: u64,
 }
 
 impl ReadAt for [u8] {
@@ -51,6 +63,14 @@ impl ReadAt for File {
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         FileExt::read_at(self, buf, offset)
+    }
+
+    fn file_id(&self) -> io::Result<Option<FileId>> {
+        let metadata = self.metadata()?;
+        Ok(Some(FileId {
+            dev: metadata.dev(),
+            ino: metadata.ino(),
+        }))
     }
 }
 
