@@ -150,8 +150,16 @@ pub struct Tally {
     lost_before: Lost,
     /// The files of the rings read before the current one, newest last.
     left: VecDeque<FileId>,
+    /// Set while a scrape runs. One that never returned (a panic unwound
+    /// out of it, and its caller went on) leaves it set: what that scrape
+    /// had taken of the tally's state is not known, so the tally reads no
+    /// more rather than count anything twice.
+    scraping: bool,
 }
 
+/// Why a tally whose scrape never returned reads no more.
+const BROKEN: &str = "a scrape of this ring ended in a bug in the reader; it is read no more, \
+                      so that nothing counts twice";
 
 impl Tally {
     /// A tally of the ring named `name` in messages, read from its oldest
@@ -170,6 +178,7 @@ impl Tally {
             ring: None,
             lost_before: Lost::default(),
             left: VecDeque::new(),
+            scraping: false,
         }
     }
 
@@ -190,6 +199,16 @@ impl Tally {
         source: &(impl ReadAt + ?Sized),
         now_ns: u64,
     ) -> Result<u64, TraceError> {
+        if self.scraping {
+            return Err(TraceError::Format(format!("{}: {BROKEN}", self.name)));
+        }
+        self.scraping = true;
+        let read = self.read_on(source, now_ns);
+        self.scraping = false;
+        read
+    }
+
+    fn read_on(&mut self, source: &(impl ReadAt + ?Sized), now_ns: u64) -> Result<u64, TraceError> {
         let file = source.file_id().map_err(|err| self.error(err.into()))?;
         if let Some(ring) = &self.ring {
             if let (Some(refused), Some(_)) = (&ring.refused, file) {
@@ -327,6 +346,9 @@ impl Tally {
     /// Why the current ring is read no more, if it is not: it contradicted
     /// what the reads before found. What was counted of it stays.
     pub fn refused(&self) -> Option<&str> {
+        if self.scraping {
+            return Some(BROKEN);
+        }
         self.ring.as_ref().and_then(|ring| ring.refused.as_deref())
     }
 
@@ -666,5 +688,46 @@ mod tests {
         // The ring that replaced it is read on.
         second.latencies(again, &[1000; 2]);
         assert_eq!(tally.scrape(&second).unwrap(), 2);
+    }
+
+    /// A source that panics once asked for bytes past `from`.
+    struct PanicsPast<'a> {
+        live: &'a LiveRing,
+        from: u64,
+    }
+
+    impl ReadAt for PanicsPast<'_> {
+        fn file_len(&self) -> std::io::Result<u64> {
+            self.live.file_len()
+        }
+
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+            assert!(offset < self.from, "a bug in a read");
+            self.live.read_at(buf, offset)
+        }
+    }
+
+    #[test]
+    fn a_scrape_that_panics_leaves_the_tally_refusing_rather_than_counting_twice() {
+        let live = LiveRing::new(64, true);
+        let index = live.latency_probe("index");
+        let mut tally = Tally::new("ring");
+        live.latencies(index, &[1000; 10]);
+        assert_eq!(tally.scrape(&live).unwrap(), 10);
+        live.latencies(index, &[1000; 5]);
+        let ring_offset = live.header_word(offset::RING_OFFSET).load(Relaxed);
+        let panicking = PanicsPast {
+            live: &live,
+            from: ring_offset,
+        };
+        let unwound =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tally.scrape(&panicking)));
+        assert!(unwound.is_err());
+        assert_eq!(tally.refused(), Some(BROKEN));
+        assert_eq!(
+            tally.scrape(&live).unwrap_err().to_string(),
+            format!("ring: {BROKEN}")
+        );
+        assert_eq!(calls(&tally), owned(&[("app:index", 10)]));
     }
 }

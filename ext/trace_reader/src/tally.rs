@@ -9,7 +9,7 @@
 
 use crate::errors::trace_error;
 use crate::sources::Source;
-use magnus::{function, method, prelude::*, Error, IntoValue, RArray, RModule, Ruby, Value};
+use magnus::{prelude::*, Error, IntoValue, RArray, RModule, Ruby, Value};
 use ruby_glue::gvl;
 use stapsdt::ring::TraceError;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -28,8 +28,9 @@ impl Tally {
     }
 
     fn lock(&self) -> MutexGuard<'_, tally::Tally> {
-        // A panic mid-scrape leaves the tally as it was before the scrape:
-        // a scrape adds what it read only once it read it all.
+        // A panic mid-scrape (raised as StaticTracing::InternalError) leaves
+        // the tally refusing to read on (`trace_metrics::tally::Tally::refused`):
+        // what it holds is still what earlier scrapes counted.
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 

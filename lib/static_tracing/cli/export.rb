@@ -197,7 +197,7 @@ module StaticTracing
             return
           end
           read_ring(published, ring)
-        rescue Error, SystemCallError => e
+        rescue Error, InternalError, SystemCallError => e
           raise Error, e.message if strict
 
           e.is_a?(Error) ? e.message : CLI.reason(e)
