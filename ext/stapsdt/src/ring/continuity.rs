@@ -18,8 +18,14 @@
 //! was made, which its header's anchors say.
 
 use super::checks::FormatError;
-use super::format::{Counters, Header, ProbeEntry};
+use super::format::{Counters, Header, ProbeEntry, SEQUENCE_BITS};
 use super::scan::{FileId, Opened};
+
+/// More slots than a writer reserves between two reads (at a slot a
+/// nanosecond, 39 hours): a head that leaps as far is rewritten. It
+/// matters: a stamp keeps a sequence number's low 48 bits, so a head moved
+/// on by 2^48 would have the reader take the records it read before again.
+const HEAD_LEAP: u64 = 1 << (SEQUENCE_BITS - 1);
 
 /// What the reads of one ring found so far.
 #[derive(Clone, Debug)]
@@ -119,12 +125,18 @@ impl Continuity {
             ("records", self.counters.records, opened.counters.records),
             ("dropped", self.counters.dropped, opened.counters.dropped),
         ];
-        counters
-            .iter()
-            .find(|(_, before, now)| now < before)
-            .map(|(name, before, now)| {
-                format!("its counter {name} went back from {before} to {now} (counters only grow)")
-            })
+        if let Some((name, before, now)) = counters.iter().find(|(_, before, now)| now < before) {
+            return Some(format!(
+                "its counter {name} went back from {before} to {now} (counters only grow)"
+            ));
+        }
+        let (before, now) = (self.counters.head, opened.counters.head);
+        (now - before >= HEAD_LEAP).then(|| {
+            format!(
+                "its counter head leapt from {before} to {now} (more slots than a writer \
+                 reserves between two reads)"
+            )
+        })
     }
 }
 

@@ -866,6 +866,12 @@ fn a_ring_rewritten_under_its_reader_is_refused_saying_what_changed() {
         &|bytes| put_bytes(bytes, offset::RECORDS, &0u64.to_le_bytes()),
         "its counter records went back from 1 to 0",
     );
+    // A stamp keeps 48 bits of a sequence number: a head moved on by 2^48
+    // would have the record read before read again.
+    refused(
+        &|bytes| put_bytes(bytes, offset::HEAD, &(1u64 + (1 << 48)).to_le_bytes()),
+        "its counter head leapt from 1 to 281474976710657",
+    );
     // Entry 0's names, from 4112: "app", then "first", made "firsu".
     refused(
         &|bytes| bytes[4112 + 3 + 4] += 1,
