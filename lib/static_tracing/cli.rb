@@ -97,6 +97,19 @@ module StaticTracing
         EXIT_INTERRUPTED
       rescue Errno::EPIPE
         0
+      rescue SystemExit, SignalException
+        raise
+      rescue Exception => e # rubocop:disable Lint/RescueException -- one line, never a backtrace
+        report(err, "#{PROGRAM} #{name}: #{bug(e)}", EXIT_ERROR)
+      end
+
+      # What failed that is not the user's to fix, in one line: a native
+      # panic (InternalError says so itself), or any other exception.
+      def bug(error)
+        return error.message if error.is_a?(InternalError)
+
+        "internal error: #{error.class}: #{error.message.lines.first&.chomp} " \
+          "(a bug in #{PROGRAM} #{VERSION}: please report it, with the command line)"
       end
 
       def help(name, out, err)

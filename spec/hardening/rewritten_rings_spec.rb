@@ -25,7 +25,14 @@ RSpec.describe "Rings rewritten by their processes under the reader", :subproces
   # two latency probes, calls them when told to, and reads (#peek) and
   # rewrites (#poke) a field of its own ring's header.
   def recording_process(record = "--flight --size 64K")
-    E2E::Repl.new(<<~'RUBY', env: unprivileged::ENV_RESET.merge("STATIC_TRACING_RECORD" => record),
+    env = unprivileged::ENV_RESET.merge("STATIC_TRACING_RECORD" => record)
+    ruby = [RbConfig.ruby, "-I", File.join(E2E.portable_root, "lib")]
+    E2E::Repl.new(rewriting_app, env:, ruby:, prefix: unprivileged.command)
+             .tap { |child| started_processes << child }
+  end
+
+  let(:rewriting_app) do
+    <<~'RUBY'
       class RewritingApp
         include StaticTracing::LatencyTracer
         def index = nil
@@ -50,8 +57,6 @@ RSpec.describe "Rings rewritten by their processes under the reader", :subproces
         File.open(StaticTracing::Recorder.status.fetch("ring"), "r+b") { |ring| ring.pwrite([value].pack(directive), offset) }
       end
     RUBY
-                              ruby: [RbConfig.ruby, "-I", File.join(E2E.portable_root, "lib")],
-                              prefix: unprivileged.command).tap { |child| started_processes << child }
   end
 
   def calls(child, count)
@@ -75,7 +80,9 @@ RSpec.describe "Rings rewritten by their processes under the reader", :subproces
     end
 
     def scrape
-      response = Net::HTTP.start(*@address.split(":"), open_timeout: 5, read_timeout: 20) { |http| http.get("/metrics") }
+      response = Net::HTTP.start(*@address.split(":"), open_timeout: 5, read_timeout: 20) do |http|
+        http.get("/metrics")
+      end
       expect(response.code).to eq("200"), response.body
       PrometheusText.parse(response.body)
     end
