@@ -154,7 +154,7 @@ module StaticTracing
         word, rest = line.split(" ", 2)
         return ControlChannel.new(Integer(rest, 10)) if word == "recording"
 
-        @refusal = rest if word == "refused"
+        @refusal = CLI.shown(rest) if word == "refused"
         nil
       rescue ArgumentError
         nil

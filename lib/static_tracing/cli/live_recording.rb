@@ -72,7 +72,8 @@ module StaticTracing
       # not hold, as far as the process listed them, and how many in all
       # (once it ended: as the process counted them as it ended it).
       def unrecorded
-        [Array(status&.fetch("unrecorded_probes", nil)).grep(String), status&.fetch("unrecorded", 0).to_i]
+        [Array(status&.fetch("unrecorded_probes", nil)).grep(String).map { |name| CLI.shown(name) },
+         status&.fetch("unrecorded", 0).to_i]
       end
 
       private

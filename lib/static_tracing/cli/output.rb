@@ -14,14 +14,23 @@ module StaticTracing
 
       WRITES = %i[write puts print printf << flush].freeze
 
-      # +io+ is written to; +name+ names it in messages ("stdout").
-      def initialize(io, name)
+      # What text written to a stream of +text+ passes through.
+      TEXT = %i[write puts print <<].freeze
+
+      # +io+ is written to; +name+ names it in messages ("stdout"). A +text+
+      # stream (stderr: the command's messages, which may quote another
+      # process's words) is sent no control character but newlines and
+      # tabs: whatever a message quotes, no escape sequence reaches the
+      # terminal (CLI.shown).
+      def initialize(io, name, text: false)
         @io = io
         @name = name
+        @text = text
       end
 
       WRITES.each do |method|
         define_method(method) do |*args|
+          args = args.map { |arg| arg.is_a?(String) ? CLI.shown(arg, lines: true) : arg } if text?(method)
           guarded { @io.public_send(method, *args) }
         end
       end
@@ -38,6 +47,10 @@ module StaticTracing
       end
 
       private
+
+      def text?(method)
+        @text && TEXT.include?(method)
+      end
 
       def guarded
         return if @failed
