@@ -262,6 +262,28 @@ RSpec.describe "static-tracing export" do
       [silent, garbage, huge].each { |socket| socket&.close }
     end
 
+    # docs/fleet.md: "none can hold the others up". Connections that send
+    # nothing, as many as the server serves at once and opened again as
+    # they close, never keep a scraper (a keep-alive client, as
+    # Prometheus's) out: each takes the place of the oldest idle one.
+    it "serves every scrape while idle connections take every slot, again and again" do
+      export = start_export(recording_process.pid)
+      host, port = @address.split(":")
+      idle = []
+      limit = StaticTracing::CLI::MetricsServer::MAX_CONNECTIONS
+      codes = Array.new(8) do
+        idle.concat(Array.new(limit) { TCPSocket.new(host, Integer(port)) })
+        started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        code = get.code
+        expect(Process.clock_gettime(Process::CLOCK_MONOTONIC) - started).to be < 2
+        code
+      end
+      expect(codes).to eq(["200"] * 8)
+      expect(export.alive?).to be(true)
+    ensure
+      idle&.each(&:close)
+    end
+
     it "ends at Ctrl-C with status 0" do
       export = start_export(recording_process.pid)
       Process.kill("INT", export.pid)
