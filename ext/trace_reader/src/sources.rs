@@ -74,6 +74,13 @@ impl ReadAt for Source {
             Source::Object(_) => Ok(None),
         }
     }
+
+    fn data_from(&self, offset: u64) -> io::Result<Option<u64>> {
+        match self {
+            Source::File(file) => file.data_from(offset),
+            Source::Object(_) => Ok(Some(offset)),
+        }
+    }
 }
 
 impl RingSource for Source {

@@ -898,3 +898,62 @@ fn a_ring_rewritten_under_its_reader_is_refused_saying_what_changed() {
     let other = Some(FileId { dev: 1, ino: 3 });
     assert_eq!(in_file.next(&opened(&moved), other).unwrap(), Next::Other);
 }
+
+/// A file read through, counting the bytes read.
+struct Counted {
+    file: std::fs::File,
+    read: std::cell::Cell<u64>,
+}
+
+impl scan::ReadAt for Counted {
+    fn file_len(&self) -> std::io::Result<u64> {
+        self.file.file_len()
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        let read = scan::ReadAt::read_at(&self.file, buf, offset)?;
+        self.read.set(self.read.get() + read as u64);
+        Ok(read)
+    }
+
+    fn data_from(&self, offset: u64) -> std::io::Result<Option<u64>> {
+        self.file.data_from(offset)
+    }
+}
+
+#[test]
+#[cfg_attr(miri, ignore)] // files and lseek
+fn a_sparse_file_is_read_for_what_it_holds_not_for_the_length_it_claims() {
+    // A valid header claiming 2^25 slots (1 GiB), all of them a hole.
+    let config = config(16, false);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let mut bytes = memory.bytes();
+    drop(ring);
+    let slots: u64 = 1 << 25;
+    put_bytes(&mut bytes, offset::SLOT_COUNT, &slots.to_le_bytes());
+    let ring_offset = config.ring_offset() as usize;
+    let path = std::env::temp_dir().join(format!("stapsdt-sparse-{}", std::process::id()));
+    std::fs::write(&path, &bytes[..ring_offset]).unwrap();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    file.set_len(ring_offset as u64 + slots * format::SLOT_SIZE)
+        .unwrap();
+    let counted = Counted {
+        file,
+        read: std::cell::Cell::new(0),
+    };
+    let trace = scan::read(&counted, scan::Pass::Once).unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(trace.records.is_empty());
+    assert_eq!(trace.header.slot_count, slots);
+    // The header and table, and no window of the hole.
+    assert!(
+        counted.read.get() < 1 << 20,
+        "{} bytes read",
+        counted.read.get()
+    );
+}
