@@ -97,6 +97,20 @@ RSpec.describe "static-tracing export" do
       taken&.close
     end
 
+    # docs/fleet.md: ":PORT for every interface", IPv6 as IPv4.
+    it "listens on every interface, IPv6 and IPv4, for :PORT" do
+      skip "no IPv6 loopback here" unless Socket.ip_address_list.any?(&:ipv6_loopback?)
+
+      server = StaticTracing::CLI::MetricsServer.new(nil, 0) { "" }
+      port = Integer(server.address[/\d+\z/])
+      expect(server.address).to eq("[::]:#{port}")
+      %w[127.0.0.1 ::1].each do |host|
+        expect { TCPSocket.new(host, port).close }.not_to raise_error
+      end
+    ensure
+      server&.close
+    end
+
     it "refuses a PID with no process in one line" do
       pid = dead_pid
       result = cli("export", "--listen", "127.0.0.1:0", pid)

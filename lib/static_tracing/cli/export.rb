@@ -63,7 +63,7 @@ module StaticTracing
           port && port <= 65_535
 
         host = match[:host]
-        [host.empty? ? "0.0.0.0" : host, port]
+        [host.empty? ? nil : host, port]
       end
 
       def pids(args)

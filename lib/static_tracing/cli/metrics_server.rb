@@ -50,14 +50,29 @@ module StaticTracing
                   408 => "Request Timeout", 431 => "Request Header Fields Too Large",
                   500 => "Internal Server Error", 503 => "Service Unavailable" }.freeze
 
-      # Listens on +host+:+port+ at once; raises Error when it cannot.
+      # Listens on +host+:+port+ at once (every interface, IPv6 and IPv4,
+      # for a nil +host+); raises Error when it cannot.
       def initialize(host, port, &metrics)
         @metrics = metrics
-        @server = TCPServer.new(host, port)
+        @server = host ? TCPServer.new(host, port) : every_interface(port)
         @scrape = Mutex.new
         @connections = []
       rescue SocketError, SystemCallError => e
         raise Error, "cannot listen on #{host}:#{port}: #{CLI.reason(e)}"
+      end
+
+      # One socket for both families (IPv4 as mapped addresses), or IPv4
+      # alone where the system has no IPv6.
+      def every_interface(port)
+        server = Socket.new(:INET6, :STREAM)
+        server.setsockopt(:SOCKET, :REUSEADDR, true)
+        server.setsockopt(:IPV6, :V6ONLY, false)
+        server.bind(Addrinfo.tcp("::", port))
+        server.listen(Socket::SOMAXCONN)
+        TCPServer.for_fd(server.fileno).tap { server.autoclose = false }
+      rescue Errno::EAFNOSUPPORT, Errno::EADDRNOTAVAIL
+        server&.close
+        TCPServer.new("0.0.0.0", port)
       end
 
       # Where it listens, as HOST:PORT (the port it was given, or the one
