@@ -17,6 +17,7 @@ module StaticTracing
     # no more, and what was read before is written.
     class LiveRecording
       POLL_INTERVAL = 0.1
+      INTERRUPTS = %w[INT TERM].freeze
       CHECK_INTERVAL = 1.0
 
       # Why following ended: :time (--seconds), :interrupt (Ctrl-C), :exited
@@ -41,14 +42,19 @@ module StaticTracing
       # Follows the ring until +seconds+ pass (nil: no limit), the process
       # exits, the recording ends under the command or, unless +interrupt+
       # is given, Ctrl-C (SIGINT) or SIGTERM: +interrupt+ is then called
-      # instead, and following goes on. Then stops the recording (unless
-      # it ended already) and reads what is left. +opened+ is called once
-      # the ring is open. Returns self.
-      def follow(seconds: nil, interrupt: nil, opened: nil)
+      # instead, and following goes on (for every one of +signals+, which
+      # it traps meanwhile). Then stops the recording (unless it ended
+      # already) and reads what is left. +opened+ is called once the ring
+      # is open. Returns self.
+      def follow(seconds: nil, interrupt: nil, opened: nil, signals: INTERRUPTS)
         recorder.open_ring(write: true) do |ring|
           @reader = TraceFile::RingReader.new(ring)
-          opened&.call
-          @ending = with_signals(interrupt) { poll(seconds && (CLI.monotonic + seconds)) }
+          # The signals are trapped before the program is let go (+opened+):
+          # one it gets as it starts (a terminal's Ctrl-C) is passed on.
+          @ending = with_signals(interrupt, signals) do
+            opened&.call
+            poll(seconds && (CLI.monotonic + seconds))
+          end
           stop if %i[time interrupt refused].include?(ending.kind)
           @finished = CLI.monotonic
           @status = final_status
@@ -85,14 +91,14 @@ module StaticTracing
       end
 
       # SIGTERM is taken as Ctrl-C is (see Record#term_as_interrupt).
-      def with_signals(interrupt, &)
-        return with_trap(->(_) { raise Interrupt }, &) unless interrupt
+      def with_signals(interrupt, signals, &)
+        return with_trap(->(_) { raise Interrupt }, INTERRUPTS, &) unless interrupt
 
-        with_trap(interrupt, &)
+        with_trap(interrupt, signals, &)
       end
 
-      def with_trap(handler)
-        previous = %w[INT TERM].to_h { |signal| [signal, Signal.trap(signal) { handler.call(signal) }] }
+      def with_trap(handler, signals)
+        previous = signals.to_h { |signal| [signal, Signal.trap(signal) { handler.call(signal) }] }
         yield
       ensure
         previous&.each { |signal, old| Signal.trap(signal, old || "DEFAULT") }

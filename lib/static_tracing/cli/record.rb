@@ -173,7 +173,7 @@ module StaticTracing
                  "until it exits#{@seconds ? " or #{format("%g", @seconds)}s pass" : ""} (Ctrl-C is passed to it)...")
         recording = LiveRecording.new(recorder, recorder.recording["id"], leased: false)
         recording.follow(seconds: @seconds, interrupt: ->(signal) { command.pass_on(signal) },
-                         opened: -> { command.ready })
+                         opened: -> { command.ready }, signals: LaunchedCommand::PASSED)
         finish(recording, @output ? output : default_output(recorder.pid))
         wait_for(command)
       rescue Error => e
