@@ -94,6 +94,30 @@ RSpec.describe "Recording a program from its start", :subprocess do
     expect(recorded_calls(read_trace(trace))).to eq("launch_app:index" => 30)
   end
 
+  # A link planted at -o while the program runs is not written through;
+  # what was recorded is kept all the same, beside it, and the command
+  # says where.
+  it "writes the trace beside -o when a link was planted there meanwhile, and says where" do
+    trace = File.join(dir, "planted.trace")
+    target = File.join(dir, "target").tap { |path| File.write(path, "theirs\n") }
+    command = start_command("-o", trace, "--", *program(20, <<~'RUBY'))
+      puts "program ready"
+      $stdin.gets
+    RUBY
+    command.wait_for(/^program ready$/)
+    File.symlink(target, trace)
+    command.puts("go")
+
+    beside = File.join(dir, "planted-2.trace")
+    expect(command.wait.exitstatus).to eq(0), command.output
+    expect(command.output).to include("static-tracing: not writing the trace to #{trace}: it is a symbolic link, " \
+                                      "and static-tracing never writes through one; it is in #{beside} instead")
+    expect(command.output).to match(wrote_line(20, beside, "the process exited"))
+    expect(recorded_calls(read_trace(beside))).to eq("launch_app:index" => 20)
+    expect(File.readlink(trace)).to eq(target)
+    expect(File.read(target)).to eq("theirs\n")
+  end
+
   it "lets Ctrl-C at a terminal reach the program once, as the terminal's foreground job" do
     require "pty"
     trace = File.join(dir, "terminal.trace")

@@ -11,7 +11,9 @@ module StaticTracing
       # Writes what +recording+ read and reports it; the exit status says
       # whether it ran as asked.
       def finish(recording, output)
-        path = OutputFile.write(output, replace: !@output.nil?) { |file| recording.reader.write(file) }
+        path = OutputFile.write(output, replace: !@output.nil?, beside: lambda { |reason, written|
+          err.puts("#{PROGRAM}: not writing the trace to #{output}: #{reason}; it is in #{written} instead")
+        }) { |file| recording.reader.write(file) }
         report(path, recording)
         say_unrecorded(recording)
         if recording.stop_failure
