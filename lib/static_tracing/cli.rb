@@ -3,6 +3,7 @@
 require_relative "version"
 require_relative "errors"
 require_relative "cli/errors"
+require_relative "cli/shown"
 
 module StaticTracing
   # The `static-tracing` executable. Each command is a Command subclass
@@ -58,33 +59,6 @@ module StaticTracing
       def reason(error)
         error.is_a?(SystemCallError) ? SystemCallError.new(nil, error.errno).message : error.message
       end
-
-      # Text another process wrote (its state file, its replies), as the
-      # command shows it: control characters (a newline too), escape
-      # sequences, invisible format characters and bytes that are not UTF-8
-      # are written out as a Ruby literal writes them (\e, \n, \u009B,
-      # \xFF), never sent to the terminal, so that such text can neither
-      # drive the terminal nor forge a line of the command's own.
-      #
-      # +lines+ keeps newlines and tabs as they are: for the command's own
-      # messages, each its own line, where a field was shown already.
-      def shown(text, lines: false)
-        unshown = lines ? UNSHOWN_IN_LINES : UNSHOWN
-        text.to_s.dup.force_encoding(Encoding::UTF_8).each_char.map do |char|
-          if !char.valid_encoding?
-            char.unpack("C*").map { |byte| format("\\x%02X", byte) }.join
-          elsif char.match?(unshown)
-            char.dump[1..-2]
-          else
-            char
-          end
-        end.join
-      end
-
-      # What shown escapes: C0 and C1 controls and DEL, format characters
-      # (bidirectional overrides), and the line and paragraph separators.
-      UNSHOWN = /[\p{Cc}\p{Cf}\u2028\u2029]/
-      UNSHOWN_IN_LINES = /(?![\n\t])#{UNSHOWN}/
 
       # Seconds on the clock every wait and deadline of the command uses.
       def monotonic

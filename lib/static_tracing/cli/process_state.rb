@@ -6,6 +6,7 @@ require_relative "../ring_directories"
 require_relative "../signal_rules"
 require_relative "errors"
 require_relative "process_dir"
+require_relative "shown"
 require_relative "private_file"
 
 module StaticTracing
