@@ -9,16 +9,17 @@ use magnus::{Error, ExceptionClass};
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-/// Runs `work`; a panic in it becomes an exception of `class` saying what
-/// failed and that it is a bug.
+/// Runs `work`; a panic in it becomes an exception of the class `class`
+/// gives (asked only then: a method's every call runs through here)
+/// saying what failed and that it is a bug.
 pub fn guard<T>(
-    class: ExceptionClass,
+    class: impl FnOnce() -> ExceptionClass,
     work: impl FnOnce() -> Result<T, Error>,
 ) -> Result<T, Error> {
     match catch_unwind(AssertUnwindSafe(work)) {
         Ok(result) => result,
         Err(panic) => Err(Error::new(
-            class,
+            class(),
             format!(
                 "internal error: {} (a bug in static_tracing: please report it)",
                 message(&*panic)
@@ -49,7 +50,7 @@ macro_rules! guarded_method {
     ($class:path, $name:expr, -1) => {
         ::magnus::method!(
             |ruby: &::magnus::Ruby, rb_self: ::magnus::Value, args: &[::magnus::Value]| {
-                $crate::panics::guard($class(ruby), || {
+                $crate::panics::guard(|| $class(ruby), || {
                     use ::magnus::method::{MethodCAry, RubyMethodCAry};
                     // SAFETY: `args` is the slice of arguments Ruby passed,
                     // alive for the call: its length and start are a valid
@@ -75,7 +76,7 @@ macro_rules! guarded_method {
     (@ $class:path, $name:expr, $arity:tt, $method:ident, $ruby_method:ident; $($arg:ident),*) => {
         ::magnus::method!(
             |ruby: &::magnus::Ruby, rb_self: ::magnus::Value $(, $arg: ::magnus::Value)*| {
-                $crate::panics::guard($class(ruby), || {
+                $crate::panics::guard(|| $class(ruby), || {
                     use ::magnus::method::{$method, $ruby_method};
                     $name.call_convert_value(ruby, rb_self $(, $arg)*)
                 })
@@ -92,7 +93,7 @@ macro_rules! guarded_function {
     ($class:path, $name:expr, -1) => {
         ::magnus::function!(
             |ruby: &::magnus::Ruby, args: &[::magnus::Value]| {
-                $crate::panics::guard($class(ruby), || {
+                $crate::panics::guard(|| $class(ruby), || {
                     use ::magnus::method::{FunctionCAry, RubyFunctionCAry};
                     // SAFETY: `args` is the slice of arguments Ruby passed,
                     // alive for the call: its length and start are a valid
@@ -120,7 +121,7 @@ macro_rules! guarded_function {
     (@ $class:path, $name:expr, $arity:tt, $function:ident, $ruby_function:ident; $($arg:ident),*) => {
         ::magnus::function!(
             |ruby: &::magnus::Ruby $(, $arg: ::magnus::Value)*| {
-                $crate::panics::guard($class(ruby), || {
+                $crate::panics::guard(|| $class(ruby), || {
                     use ::magnus::method::{$function, $ruby_function};
                     $name.call_convert_value(ruby $(, $arg)*)
                 })
