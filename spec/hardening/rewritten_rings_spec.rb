@@ -136,4 +136,28 @@ RSpec.describe "Rings rewritten by their processes under the reader", :subproces
       end
     end
   end
+
+  describe "record, as root, of a process that rewrites its ring as it is read" do
+    it "writes what it read before, in a trace file its own report reads, and says why it stopped" do
+      child = recording_process(nil)
+      dir = Dir.mktmpdir("rewritten")
+      trace = File.join(dir, "rewritten.trace")
+      command = E2E::Child.new(RbConfig.ruby, CLIHelpers::EXE, "record", child.pid.to_s, "-o", trace)
+      started_processes << command
+      command.wait_for(/^Recording /)
+      calls(child, 30)
+      # Read: record frees the slots it read by moving the ring's tail.
+      eventually("record read the 60 records") { peek(child, :tail) == 60 }
+
+      poke(child, :table_used, peek(child, :table_used) / 2)
+      expect(command.wait(timeout: 20).exitstatus).to eq(1), command.output
+      expect(command.output).to include("the ring was rewritten since it was last read: its probe table shrank")
+      expect(command.output).to match(/^Wrote 60 records to #{Regexp.escape(trace)}, /)
+      report = run_cli("report", trace)
+      expect(report).to have_attributes(exitstatus: 0, stderr: "")
+      expect(report.stdout).to match(/^rewriting_app:index  30 calls/).and match(/^rewriting_app:show  30 calls/)
+    ensure
+      FileUtils.rm_rf(dir) if dir
+    end
+  end
 end

@@ -59,6 +59,9 @@ module StaticTracing
           @finished = CLI.monotonic
           @status = final_status
           take_rest
+          # What the block returns is how RingLocator tells an open ring
+          # from one that was gone: never nil.
+          ending
         end
         self
       end
