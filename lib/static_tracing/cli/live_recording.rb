@@ -19,6 +19,8 @@ module StaticTracing
       POLL_INTERVAL = 0.1
       INTERRUPTS = %w[INT TERM].freeze
       CHECK_INTERVAL = 1.0
+      # How often the progress line is written again.
+      PROGRESS_INTERVAL = 0.5
 
       # Why following ended: :time (--seconds), :interrupt (Ctrl-C), :exited
       # (the process is gone), :cut_short (the recording ended under the
@@ -45,16 +47,20 @@ module StaticTracing
       # instead, and following goes on (for every one of +signals+, which
       # it traps meanwhile). Then stops the recording (unless it ended
       # already) and reads what is left. +opened+ is called once the ring
-      # is open. Returns self.
-      def follow(seconds: nil, interrupt: nil, opened: nil, signals: INTERRUPTS)
+      # is open. +progress+, a terminal, is shown the time recorded and the
+      # records read and lost so far on one line, as rbspy shows its own,
+      # cleared at the end. Returns self.
+      def follow(seconds: nil, interrupt: nil, opened: nil, progress: nil, signals: INTERRUPTS)
         recorder.open_ring(write: true) do |ring|
           @reader = TraceFile::RingReader.new(ring)
+          @progress = progress
           # The signals are trapped before the program is let go (+opened+):
           # one it gets as it starts (a terminal's Ctrl-C) is passed on.
           @ending = with_signals(interrupt, signals) do
             opened&.call
             poll(seconds && (CLI.monotonic + seconds))
           end
+          clear_progress
           stop if %i[time interrupt refused].include?(ending.kind)
           @finished = CLI.monotonic
           @status = final_status
@@ -111,6 +117,7 @@ module StaticTracing
         @checked = CLI.monotonic
         loop do
           reader.take
+          show_progress
           return Ending.new(:time) if deadline && CLI.monotonic >= deadline
           return Ending.new(:exited) unless recorder.alive?
 
@@ -134,6 +141,24 @@ module StaticTracing
 
       def refused(error)
         Ending.new(:refused, "its ring could not be read on: #{error.message}")
+      end
+
+      def show_progress
+        return unless @progress && (@shown.nil? || CLI.monotonic - @shown >= PROGRESS_INTERVAL)
+
+        @shown = CLI.monotonic
+        lost = reader.lost
+        @progress.control("\r\e[K")
+        @progress.print("#{format("%.1f", seconds)}s: #{reader.records_read} records read, " \
+                        "#{lost.zero? ? "none" : lost} lost")
+        @progress.flush
+      end
+
+      def clear_progress
+        return unless @progress && @shown
+
+        @progress.control("\r\e[K")
+        @progress.flush
       end
 
       # Every CHECK_INTERVAL: whether the recording ended under the

@@ -35,6 +35,13 @@ module StaticTracing
         end
       end
 
+      # The command's own terminal control (its progress line cleared and
+      # written again), sent as it is: unlike text, it quotes no other
+      # process.
+      def control(sequence)
+        guarded { @io.print(sequence) }
+      end
+
       def respond_to_missing?(method, include_private = false)
         @io.respond_to?(method, include_private) || super
       end
