@@ -18,6 +18,10 @@ module StaticTracing
   # fiber), twice, or before contexts set inside it: the message says which
   # context, where it was set, and what is still set. Nothing changed.
   class TraceContextError < Error; end
+  # A bug in the gem: a panic in one of its native libraries, caught where
+  # Ruby called it and raised as this rather than unwound into Ruby. The
+  # message says what failed and asks for a report; the process goes on.
+  class InternalError < Error; end
 
   # `StaticTracing.providers[name]` for a name nobody registered.
   class ProviderMissingError < KeyError; end

@@ -9,7 +9,7 @@
 
 use crate::errors::trace_error;
 use crate::sources::Source;
-use magnus::{function, method, prelude::*, Error, IntoValue, RArray, RModule, Ruby, Value};
+use magnus::{prelude::*, Error, IntoValue, RArray, RModule, Ruby, Value};
 use ruby_glue::gvl;
 use stapsdt::ring::TraceError;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -28,8 +28,9 @@ impl Tally {
     }
 
     fn lock(&self) -> MutexGuard<'_, tally::Tally> {
-        // A panic mid-scrape leaves the tally as it was before the scrape:
-        // a scrape adds what it read only once it read it all.
+        // A panic mid-scrape (raised as StaticTracing::InternalError) leaves
+        // the tally refusing to read on (`trace_metrics::tally::Tally::refused`):
+        // what it holds is still what earlier scrapes counted.
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -55,6 +56,12 @@ impl Tally {
             source @ Source::Object(_) => rb_self.lock().scrape(&source),
         };
         read.map_err(|err| trace_error(ruby, err))
+    }
+
+    /// Why the ring is read no more (it contradicted what the scrapes
+    /// before found: `stapsdt::ring::continuity`), or nil.
+    fn refused(&self) -> Option<String> {
+        self.lock().refused().map(str::to_owned)
     }
 
     /// `[dropped, overwritten]`: records lost so far.
@@ -122,6 +129,7 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     class.define_singleton_method("exposition", function!(Tally::exposition, 1))?;
     class.define_method("scrape", method!(Tally::scrape, 1))?;
     class.define_method("lost", method!(Tally::lost, 0))?;
+    class.define_method("refused", method!(Tally::refused, 0))?;
     class.define_method("probe_list", method!(Tally::probes, 0))?;
     Ok(())
 }

@@ -63,7 +63,7 @@ module StaticTracing
           port && port <= 65_535
 
         host = match[:host]
-        [host.empty? ? "0.0.0.0" : host, port]
+        [host.empty? ? nil : host, port]
       end
 
       def pids(args)
@@ -197,7 +197,7 @@ module StaticTracing
             return
           end
           read_ring(published, ring)
-        rescue Error, SystemCallError => e
+        rescue Error, InternalError, SystemCallError => e
           raise Error, e.message if strict
 
           e.is_a?(Error) ? e.message : CLI.reason(e)

@@ -8,6 +8,7 @@
 //! the writer reuse the slots before it. In flight mode (overwrite) the
 //! writer does not wait: what it overwrote before a read is lost.
 
+use super::continuity::Continuity;
 use super::cursor::Cursor;
 use super::format::{offset, ProbeEntry, Slot, SLOT_SIZE};
 use super::live_threads::live_names;
@@ -32,7 +33,13 @@ impl RingSource for File {
 /// A live ring followed.
 pub struct Follower {
     name: String,
+    /// The last read that agreed with the ones before: what is written.
     opened: Opened,
+    /// What the reads found, which each read must agree with: a ring its
+    /// process rewrote is read no more, and what was read of it is kept.
+    continuity: Continuity,
+    /// Why it is read no more, once it contradicted the reads before.
+    refused: Option<String>,
     cursor: Cursor,
     held: Held,
     /// The names of the threads of the records held, read while the
@@ -62,6 +69,8 @@ impl Follower {
         Ok(Follower {
             name: name.to_owned(),
             cursor: Cursor::at(opened.counters.tail),
+            continuity: Continuity::of(&opened, None),
+            refused: None,
             opened,
             held: Held::default(),
             thread_names: BTreeMap::new(),
@@ -86,21 +95,38 @@ impl Follower {
     }
 
     /// A read: what it found held, the cursor moved, the position stored,
-    /// the threads named; a read that fails holds nothing it found.
+    /// the threads named; a read that fails holds nothing it found. A
+    /// ring that contradicts the reads before (see
+    /// [`super::continuity`]) is refused, then and at every later read.
     fn read(
         &mut self,
         file: &(impl RingSource + ?Sized),
         read: impl FnOnce(&mut Cursor, &Opened, &mut Held) -> Result<u64, scan::ReadError>,
     ) -> Result<u64, TraceError> {
-        self.opened = open(file, &self.name)?;
+        if let Some(refused) = &self.refused {
+            return Err(TraceError::Format(refused.clone()));
+        }
+        let opened = open(file, &self.name)?;
+        if let Err(err) = self.continuity.agrees(&opened) {
+            let err = TraceError::of(&self.name, err.into());
+            self.refused = Some(err.to_string());
+            return Err(err);
+        }
+        self.opened = opened;
         let (bytes, records) = (self.held.len(), self.held.records());
         let found = read(&mut self.cursor, &self.opened, &mut self.held).map_err(|err| {
             self.held.truncate(bytes, records);
             TraceError::of(&self.name, err)
         })?;
+        self.continuity.advance(&self.opened);
         self.store_tail(file)?;
         self.name_threads(bytes);
         Ok(found)
+    }
+
+    /// Why the ring is read no more, if it is not.
+    pub fn refused(&self) -> Option<&str> {
+        self.refused.as_deref()
     }
 
     pub fn counts(&self) -> Counts {

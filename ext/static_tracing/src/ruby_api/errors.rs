@@ -11,6 +11,7 @@ struct ErrorClasses {
     provider_load: Opaque<ExceptionClass>,
     recorder: Opaque<ExceptionClass>,
     trace_context: Opaque<ExceptionClass>,
+    internal: Opaque<ExceptionClass>,
 }
 
 static CLASSES: OnceLock<ErrorClasses> = OnceLock::new();
@@ -26,6 +27,7 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
         provider_load: resolve(ruby, "ProviderLoadError")?.into(),
         recorder: resolve(ruby, "RecorderError")?.into(),
         trace_context: resolve(ruby, "TraceContextError")?.into(),
+        internal: resolve(ruby, "InternalError")?.into(),
     };
     let _ = CLASSES.set(classes);
     Ok(())
@@ -54,6 +56,12 @@ fn class(ruby: &Ruby, pick: fn(&ErrorClasses) -> Opaque<ExceptionClass>) -> Exce
         .get()
         .map(|classes| ruby.get_inner(pick(classes)))
         .unwrap_or_else(|| ruby.exception_runtime_error())
+}
+
+/// `StaticTracing::InternalError`, which a panic at an entry point raises
+/// (`ruby_glue::panics::guard`).
+pub fn internal_error_class(ruby: &Ruby) -> ExceptionClass {
+    class(ruby, |classes| classes.internal)
 }
 
 /// `StaticTracing::Error`, the base of the gem's own errors.

@@ -8,7 +8,7 @@ use super::{
     watcher,
 };
 use crate::internal_probes;
-use magnus::{function, Error, Module, Object, Ruby};
+use magnus::{Error, Module, Object, Ruby};
 use stapsdt::names::NameKind;
 
 /// Does nothing: the cost of a call into this extension, which `rake bench`

@@ -10,7 +10,7 @@ use super::root;
 use crate::internal_probes;
 use crate::trace_contexts::{self, PopError};
 use magnus::rb_sys::{protect, FromRawValue};
-use magnus::{function, Error, Object, RModule, RString, Ruby, Symbol, Value};
+use magnus::{Error, Object, RModule, RString, Ruby, Symbol, Value};
 use stapsdt::trace_context::TraceContext;
 
 /// `trace_context_push(trace_id, span_id)`: the current fiber is in this
