@@ -19,15 +19,16 @@
 //! forked child, where the fork handler takes the parent's ring away before
 //! any Ruby code runs in the child (see [`forget_inherited`]).
 
+use crate::trace_contexts;
 use stapsdt::ring::{Arg, Ring, RingConfig, DEFAULT_TABLE_CAPACITY, MAX_TABLE_CAPACITY};
 use stapsdt::ring_file::{RingFile, RingFileError};
-use std::cell::Cell;
+use stapsdt::trace_context::TraceContext;
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{BorrowedFd, RawFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// A recording: its ring, and what makes it write a snapshot.
 pub struct Recording {
@@ -40,6 +41,8 @@ pub struct Recording {
     /// The probe id and latency of the call that set `triggered`.
     trigger_probe: AtomicU32,
     trigger_latency: AtomicU64,
+    /// The trace context that call was made in, if any.
+    trigger_context: Mutex<Option<TraceContext>>,
     /// No trigger wakes anyone before this time (monotonic ns): at most
     /// one snapshot an interval.
     quiet_until: AtomicU64,
@@ -121,8 +124,8 @@ impl Target<'_> {
     pub fn record_integer(&self, time_ns: u64, value: i64) {
         match self.probe {
             Some(probe) => {
-                self.ring()
-                    .record_integer(probe, time_ns, thread_id(), value);
+                let maker = trace_contexts::maker(self.recording, time_ns);
+                self.ring().record_integer_by(probe, time_ns, maker, value);
             }
             None => self.ring().count_dropped(),
         }
@@ -132,7 +135,8 @@ impl Target<'_> {
     pub fn record(&self, time_ns: u64, args: &[Arg<'_>]) {
         match self.probe {
             Some(probe) => {
-                self.ring().record(probe, time_ns, thread_id(), args);
+                let maker = trace_contexts::maker(self.recording, time_ns);
+                self.ring().record_by(probe, time_ns, maker, args);
             }
             None => self.ring().count_dropped(),
         }
@@ -157,6 +161,9 @@ impl Target<'_> {
         recording
             .trigger_latency
             .store(latency as u64, Ordering::Relaxed);
+        if let Ok(mut context) = recording.trigger_context.lock() {
+            *context = trace_contexts::current();
+        }
         if let Some(mut wake) = recording.wake.as_ref() {
             // A full pipe has a byte waiting already: nothing is lost.
             let _ = wake.write(&[0]);
@@ -230,6 +237,7 @@ pub fn install(prepared: Prepared) -> Result<(String, Option<String>), String> {
         triggered: AtomicBool::new(false),
         trigger_probe: AtomicU32::new(0),
         trigger_latency: AtomicU64::new(0),
+        trigger_context: Mutex::new(None),
         quiet_until: AtomicU64::new(0),
     });
     CURRENT.store(Arc::into_raw(recording).cast_mut(), Ordering::Release);
@@ -282,6 +290,11 @@ impl Recording {
         self.file.ring()
     }
 
+    /// Which recording of this process this is (see [`Mark`]).
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+
     /// Adds a probe to the ring's table and marks `mark` with it; returns
     /// its id, or None when the table is full: the probe's calls are then
     /// counted as dropped.
@@ -310,9 +323,10 @@ impl Recording {
         stapsdt::snapshot_file::write_new(path, &self.ring().snapshot())
     }
 
-    /// The probe id and latency of the call that fired a trigger since the
-    /// last call, if one did; no trigger fires again before `quiet_until`.
-    pub fn take_trigger(&self, quiet_until: u64) -> Option<(u32, u64)> {
+    /// The probe id, latency and trace context of the call that fired a
+    /// trigger since the last call, if one did; no trigger fires again
+    /// before `quiet_until`.
+    pub fn take_trigger(&self, quiet_until: u64) -> Option<(u32, u64, Option<TraceContext>)> {
         if !self.triggered.load(Ordering::Acquire) {
             return None;
         }
@@ -320,6 +334,10 @@ impl Recording {
         let taken = (
             self.trigger_probe.load(Ordering::Relaxed),
             self.trigger_latency.load(Ordering::Relaxed),
+            self.trigger_context
+                .lock()
+                .ok()
+                .and_then(|context| *context),
         );
         self.triggered.store(false, Ordering::Release);
         Some(taken)
@@ -339,24 +357,11 @@ pub fn forget_inherited() {
     }
 }
 
-/// This thread's id, from the kernel once per thread (and again after a
-/// fork, where the one thread left has a new id).
+/// Forks so far in this process's line: a thread id cached before a fork
+/// is not the child's (see `trace_contexts`, which caches it).
 #[inline]
-fn thread_id() -> u32 {
-    thread_local! {
-        static CACHED: Cell<(u32, u32)> = const { Cell::new((u32::MAX, 0)) };
-    }
-    let forks = FORKS.load(Ordering::Relaxed);
-    CACHED.with(|cached| {
-        let (seen_at, tid) = cached.get();
-        if seen_at == forks {
-            return tid;
-        }
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() } as u32;
-        cached.set((forks, tid));
-        tid
-    })
+pub fn forks() -> u32 {
+    FORKS.load(Ordering::Relaxed)
 }
 
 /// CLOCK_MONOTONIC and CLOCK_REALTIME read together: the second between

@@ -11,16 +11,18 @@ module StaticTracing
       module_function
 
       # Writes the snapshot a trigger asked for: +probe_id+'s call took
-      # +latency+ ns. After max_dumps of them the triggers are taken away.
+      # +latency+ ns, in the trace +trace_id+ (hex; nil outside any trace
+      # context), which the line names. After max_dumps of them the triggers are taken away.
       # Says what it wrote on stderr, where an operator sees it; a snapshot
       # that cannot be written is said too, and recording goes on. Called
       # without the lock: the ring is copied while the process goes on.
-      def after_trigger(recording, probe_id, latency)
+      def after_trigger(recording, probe_id, latency, trace_id = nil)
         settings = recording.settings
         tracepoint = recording.armed.key(probe_id)
         path = write(File.join(directory(settings), file_name(recording, tracepoint)))
         last = STATE_LOCK.synchronize { count(recording, path) }
-        warn("static_tracing: #{label(tracepoint)} took #{Durations.format(latency)} (#{settings.dump_when}): " \
+        took = "#{label(tracepoint)} took #{Durations.format(latency)}#{" (trace #{trace_id})" if trace_id}"
+        warn("static_tracing: #{took} (#{settings.dump_when}): " \
              "wrote #{path}#{"; that is the last of the #{settings.max_dumps} snapshots allowed" if last}")
       rescue SystemCallError, StaticTracing::Error => e
         warn("static_tracing: could not write the snapshot #{label(tracepoint)} asked for: #{e.message}")

@@ -2,7 +2,7 @@
 //! of its own ring when a trigger fires or its code asks for a dump.
 
 use super::checks::Slots;
-use super::format::{offset, FIRST, MAX_STRING, SLOT_SIZE};
+use super::format::{self, offset, FIRST, MAX_STRING, SLOT_SIZE};
 use super::trace_file::{self, Origin};
 use super::writer::Ring;
 use std::sync::atomic::fence;
@@ -79,6 +79,7 @@ impl Ring {
             ring_offset: 0,
             probes: &probes,
             max_string: MAX_STRING,
+            version: format::VERSION,
         }
         .kept();
         let mut held = 0;

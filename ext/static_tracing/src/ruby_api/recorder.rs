@@ -149,10 +149,15 @@ fn write_reason(err: &io::Error) -> String {
     }
 }
 
-/// `[probe_id, latency_ns]` of the call that fired the trigger since the
-/// last call, or nil; no trigger fires again before `quiet_until_ns`.
-pub(super) fn take_trigger(quiet_until_ns: u64) -> Option<(u32, u64)> {
-    recording::with_current(|recording| recording.take_trigger(quiet_until_ns)).flatten()
+/// `[probe_id, latency_ns, trace_id]` of the call that fired the trigger
+/// since the last call (its trace id in hex, nil outside any trace
+/// context), or nil; no trigger fires again before `quiet_until_ns`.
+pub(super) fn take_trigger(quiet_until_ns: u64) -> Option<(u32, u64, Option<String>)> {
+    recording::with_current(|recording| recording.take_trigger(quiet_until_ns))
+        .flatten()
+        .map(|(probe, latency, context)| {
+            (probe, latency, context.map(|context| context.trace_hex()))
+        })
 }
 
 /// In a forked child: lets go of the parent's ring.
