@@ -291,6 +291,20 @@ mod rewritten_under_the_follower {
         ]
     }
 
+    /// Writes the rewrites over what was just synced; true when one of
+    /// them changed a word. Whether a rewrite changes anything is only
+    /// known here: the process may have moved the word since it was chosen.
+    fn rewrite(file: &File, rewritten: &[(u64, u64)]) -> bool {
+        let mut changed = false;
+        for &(at, value) in rewritten {
+            let mut was = [0; 8];
+            file.read_exact_at(&mut was, at).unwrap();
+            changed |= u64::from_le_bytes(was) != value;
+            file.write_all_at(&value.to_le_bytes(), at).unwrap();
+        }
+        changed
+    }
+
     fn run(steps: &[Step]) -> Result<(), TestCaseError> {
         let mut fixture = Fixture::new("machine", 64, false);
         let mut probes = vec![fixture
@@ -338,23 +352,20 @@ mod rewritten_under_the_follower {
                     relative,
                 } => {
                     let at = *word.get(&WORDS);
-                    let mut was = [0; 8];
-                    fixture.file.read_exact_at(&mut was, at).unwrap();
-                    let was = u64::from_le_bytes(was);
+                    // The process's own word, not the file: the file is
+                    // only as new as the last sync.
+                    let was = fixture.words[at as usize / 8].load(Relaxed);
                     let now = if *relative {
                         was.wrapping_sub(*value)
                     } else {
                         *value
                     };
-                    ever_rewritten |= now != was;
                     rewritten.push((at, now));
                 }
                 Step::PutBack => rewritten.clear(),
                 Step::Poll => {
                     fixture.sync();
-                    for &(at, value) in &rewritten {
-                        fixture.file.write_all_at(&value.to_le_bytes(), at).unwrap();
-                    }
+                    ever_rewritten |= rewrite(&fixture.file, &rewritten);
                     let read = follower.poll(&fixture.file);
                     if !ever_rewritten {
                         prop_assert!(read.is_ok(), "{:?}", read.err());
@@ -366,9 +377,7 @@ mod rewritten_under_the_follower {
         }
         // `record` ends as the process left its ring: rewritten, maybe.
         fixture.sync();
-        for &(at, value) in &rewritten {
-            fixture.file.write_all_at(&value.to_le_bytes(), at).unwrap();
-        }
+        ever_rewritten |= rewrite(&fixture.file, &rewritten);
         let rest = follower.finish(&fixture.file);
         let mut written = Vec::new();
         follower.write(&mut written).unwrap();
