@@ -594,6 +594,22 @@ pub fn create_fifo_at(dir: &File, name: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// Takes `flock`'s exclusive lock on `file` (a directory too: it needs no
+/// write access, unlike a record lock) if no other open file description
+/// holds it, without waiting: Ok(false) when one does. It lasts until the
+/// descriptor is closed.
+pub fn try_flock_exclusive(file: &File) -> io::Result<bool> {
+    // SAFETY: plain syscall on a descriptor the caller holds open.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(true);
+    }
+    let err = io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::EWOULDBLOCK) => Ok(false),
+        _ => Err(err),
+    }
+}
+
 /// Private memory of a mapping of its own, zeroed, handed back to the
 /// kernel when dropped: a large copy (a snapshot of a ring) made here
 /// leaves nothing behind, where malloc's arenas keep much of what they

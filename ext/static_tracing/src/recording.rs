@@ -19,8 +19,9 @@
 //! forked child, where the fork handler takes the parent's ring away before
 //! any Ruby code runs in the child (see [`forget_inherited`]).
 
-use stapsdt::ring::{Arg, Ring, RingConfig, DEFAULT_TABLE_CAPACITY, MAX_TABLE_CAPACITY};
+use stapsdt::ring::{Arg, Ring, RingConfig, Window, DEFAULT_TABLE_CAPACITY, MAX_TABLE_CAPACITY};
 use stapsdt::ring_file::{RingFile, RingFileError};
+use stapsdt::snapshot_file::{write_within_budget, Budget, Outcome};
 use std::cell::Cell;
 use std::fs::File;
 use std::io::{self, Write};
@@ -37,9 +38,11 @@ pub struct Recording {
     wake: Option<File>,
     /// Set by the first call over a threshold; taken by [`take_trigger`].
     triggered: AtomicBool,
-    /// The probe id and latency of the call that set `triggered`.
+    /// The probe id, latency and time (when it ended, on the ring's
+    /// clock) of the call that set `triggered`.
     trigger_probe: AtomicU32,
     trigger_latency: AtomicU64,
+    trigger_time: AtomicU64,
     /// No trigger wakes anyone before this time (monotonic ns): at most
     /// one snapshot an interval.
     quiet_until: AtomicU64,
@@ -157,6 +160,7 @@ impl Target<'_> {
         recording
             .trigger_latency
             .store(latency as u64, Ordering::Relaxed);
+        recording.trigger_time.store(now, Ordering::Relaxed);
         if let Some(mut wake) = recording.wake.as_ref() {
             // A full pipe has a byte waiting already: nothing is lost.
             let _ = wake.write(&[0]);
@@ -230,6 +234,7 @@ pub fn install(prepared: Prepared) -> Result<(String, Option<String>), String> {
         triggered: AtomicBool::new(false),
         trigger_probe: AtomicU32::new(0),
         trigger_latency: AtomicU64::new(0),
+        trigger_time: AtomicU64::new(0),
         quiet_until: AtomicU64::new(0),
     });
     CURRENT.store(Arc::into_raw(recording).cast_mut(), Ordering::Release);
@@ -310,9 +315,24 @@ impl Recording {
         stapsdt::snapshot_file::write_new(path, &self.ring().snapshot())
     }
 
-    /// The probe id and latency of the call that fired a trigger since the
-    /// last call, if one did; no trigger fires again before `quiet_until`.
-    pub fn take_trigger(&self, quiet_until: u64) -> Option<(u32, u64)> {
+    /// A trigger's snapshot: the records of `window` as the new file
+    /// `name` of `dir`, if the directory's budget has room for it (see
+    /// `stapsdt::snapshot_file::write_within_budget`). Takes time in
+    /// proportion to the window: call it with the GVL released.
+    pub fn write_trigger_snapshot(
+        &self,
+        dir: &Path,
+        name: &str,
+        window: Window,
+        budget: Budget,
+    ) -> io::Result<Outcome> {
+        write_within_budget(dir, name, budget, || self.ring().snapshot_within(window))
+    }
+
+    /// The probe id, latency and time of the call that fired a trigger
+    /// since the last call, if one did; no trigger fires again before
+    /// `quiet_until`.
+    pub fn take_trigger(&self, quiet_until: u64) -> Option<(u32, u64, u64)> {
         if !self.triggered.load(Ordering::Acquire) {
             return None;
         }
@@ -320,6 +340,7 @@ impl Recording {
         let taken = (
             self.trigger_probe.load(Ordering::Relaxed),
             self.trigger_latency.load(Ordering::Relaxed),
+            self.trigger_time.load(Ordering::Relaxed),
         );
         self.triggered.store(false, Ordering::Release);
         Some(taken)

@@ -134,9 +134,10 @@ module StaticTracing
       def recording_settings(patterns)
         absolute_dump_dir
         settings = RecordingOptions.settings(probes: patterns, **@values)
-        trigger_only = @values.keys & %i[dump_dir dump_interval max_dumps]
+        trigger_only = @values.keys & RecordingOptions::SnapshotOptions::DEFAULTS.keys
         if settings.dump_when.nil? && !trigger_only.empty?
-          raise UsageError, "--dump-dir, --dump-interval and --max-dumps go with --dump-when"
+          raise UsageError, "--dump-dir, --dump-interval, --max-dumps, --max-dump-bytes, --dump-window and " \
+                            "--dump-records go with --dump-when"
         end
 
         if settings.flight && (@seconds || @output)

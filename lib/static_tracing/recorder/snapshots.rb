@@ -11,30 +11,54 @@ module StaticTracing
       module_function
 
       # Writes the snapshot a trigger asked for: +probe_id+'s call took
-      # +latency+ ns. After max_dumps of them the triggers are taken away.
+      # +latency+ ns and ended at +time_ns+ (StaticTracing.nsec's clock,
+      # the ring's). It holds that call and the records made in the
+      # dump_window seconds before it began (dump_records at most, the
+      # newest), if the dump directory's budget (max_dumps files and
+      # max_dump_bytes bytes of trace files, whoever wrote them) has room
+      # for it: past it, the oldest are kept, and it says why there is none.
       # Says what it wrote on stderr, where an operator sees it; a snapshot
       # that cannot be written is said too, and recording goes on. Called
       # without the lock: the ring is copied while the process goes on.
-      def after_trigger(recording, probe_id, latency)
+      def after_trigger(recording, probe_id, latency, time_ns)
         settings = recording.settings
         tracepoint = recording.armed.key(probe_id)
-        path = write(File.join(directory(settings), file_name(recording, tracepoint)))
-        last = STATE_LOCK.synchronize { count(recording, path) }
+        dir = directory(settings)
+        name = file_name(recording, tracepoint)
+        written, *counts = Native.recorder_trigger_dump(dir, name, window_start(settings, latency, time_ns),
+                                                        settings.dump_records, settings.max_dumps,
+                                                        settings.max_dump_bytes)
+        return over_budget(recording, tracepoint, latency, dir, counts) unless written
+
+        path = File.join(dir, name)
+        STATE_LOCK.synchronize { count(recording, path) }
         warn("static_tracing: #{label(tracepoint)} took #{Durations.format(latency)} (#{settings.dump_when}): " \
-             "wrote #{path}#{"; that is the last of the #{settings.max_dumps} snapshots allowed" if last}")
+             "wrote #{path}")
       rescue SystemCallError, StaticTracing::Error => e
         warn("static_tracing: could not write the snapshot #{label(tracepoint)} asked for: #{e.message}")
       end
 
-      # Counts +path+ among +recording+'s snapshots; true for the last one
-      # allowed, after which its triggers are taken away (unless it was
-      # stopped while the snapshot was written: then they went with it).
+      # The first time a snapshot's window holds: dump_window seconds
+      # before the slow call began.
+      def window_start(settings, latency, time_ns)
+        [time_ns - latency - (settings.dump_window * 1e9).to_i, 0].max
+      end
+
+      # Counts +path+ among +recording+'s snapshots.
       def count(recording, path)
         recording.dumps << path
-        last = recording.dumps.size >= recording.settings.max_dumps
-        recording.armed.each_key { |each| Native.recorder_trigger(each, nil) } if last && Recorder.running?(recording)
         State.publish
-        last
+      end
+
+      # The directory's budget had no room: said each time (at most once a
+      # dump_interval), as a snapshot written is; the triggers stay, and a
+      # budget freed by moving files away is used again.
+      def over_budget(recording, tracepoint, latency, dir, (files, bytes))
+        settings = recording.settings
+        warn("static_tracing: #{label(tracepoint)} took #{Durations.format(latency)} (#{settings.dump_when}): " \
+             "no snapshot: #{dir} holds #{files} trace files of #{bytes} bytes, its budget is " \
+             "#{settings.max_dumps} files and #{settings.max_dump_bytes} bytes (--max-dumps, --max-dump-bytes); " \
+             "the oldest are kept: move them away for new ones")
       end
 
       # +settings+ with their dump directory made absolute (the process's
