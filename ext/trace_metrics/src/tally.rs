@@ -19,7 +19,7 @@
 //! numbers, kept here per answering process.
 
 use stapsdt::ring::format::{Header, OVERWRITE};
-use stapsdt::ring::scan::{self, Pass, ReadAt};
+use stapsdt::ring::scan::{self, Opened, Pass, ReadAt, ReadError};
 use stapsdt::ring::{Cursor, Lost, ProbeEntry, Record, TraceError, Value};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -189,11 +189,35 @@ impl Tally {
         self.scrape_at(source, monotonic_ns())
     }
 
+    /// The last read of a ring whose process exited: every record still
+    /// whole from where the last scrape stopped to the end, whether or
+    /// not the ones before it were committed (one its writer was killed
+    /// in the middle of is lost, the others are counted). Reads only.
+    pub fn finish(&mut self, source: &(impl ReadAt + ?Sized)) -> Result<u64, TraceError> {
+        self.read(source, |cursor, opened, visit| {
+            let read = cursor.follow(opened, source, &mut *visit)?;
+            Ok(read + cursor.read_rest(opened, source, visit)?)
+        })
+    }
+
     /// [`Tally::scrape`] at `now_ns` on `CLOCK_MONOTONIC`.
     pub fn scrape_at(
         &mut self,
         source: &(impl ReadAt + ?Sized),
         now_ns: u64,
+    ) -> Result<u64, TraceError> {
+        let grace_ns = u64::try_from(self.grace.as_nanos()).unwrap_or(u64::MAX);
+        self.read(source, |cursor, opened, visit| {
+            cursor.follow_within(opened, source, now_ns, grace_ns, visit)
+        })
+    }
+
+    /// A read of the ring in `source` by `read` (which moves the cursor
+    /// and visits the records it takes), added to the tally.
+    fn read<S: ReadAt + ?Sized>(
+        &mut self,
+        source: &S,
+        read: impl FnOnce(&mut Cursor, &Opened, &mut dyn FnMut(Record, &[u8])) -> Result<u64, ReadError>,
     ) -> Result<u64, TraceError> {
         let opened = scan::open(source, Pass::Live).map_err(|err| self.error(err))?;
         let identity = Identity::of(&opened.header);
@@ -212,12 +236,9 @@ impl Tally {
         }
         let mut ring = self.ring.take().expect("a ring was just set");
         let mut found = Found::new(&opened.probes);
-        let grace_ns = u64::try_from(self.grace.as_nanos()).unwrap_or(u64::MAX);
-        let read = ring
-            .cursor
-            .follow_within(&opened, source, now_ns, grace_ns, |record, _| {
-                found.take(&opened.probes, &record)
-            });
+        let read = read(&mut ring.cursor, &opened, &mut |record, _| {
+            found.take(&opened.probes, &record)
+        });
         let read = match read {
             Ok(read) => read,
             Err(err) => {
@@ -432,6 +453,23 @@ mod tests {
         assert_eq!(tally.scrape(&live).unwrap(), 2);
         assert_eq!(calls(&tally), owned(&[("app:index", 3)]));
         assert_eq!(tally.lost(), Lost::default());
+    }
+
+    #[test]
+    fn finishing_a_dead_rings_reads_every_whole_record_past_one_its_writer_was_killed_in() {
+        let live = LiveRing::new(64, true);
+        let index = live.latency_probe("index");
+        let mut tally = Tally::new("ring");
+        live.latencies(index, &[1000; 5]);
+        assert_eq!(tally.scrape(&live).unwrap(), 5);
+        // Then 10 more, one of them never finished: its writer was killed.
+        live.latencies(index, &[1000; 10]);
+        live.stamp(8).store(0, Relaxed);
+        assert_eq!(tally.scrape(&live).unwrap(), 3);
+        assert_eq!(tally.finish(&live).unwrap(), 6);
+        assert_eq!(calls(&tally), owned(&[("app:index", 14)]));
+        assert_eq!(tally.lost().overwritten, 1);
+        assert_eq!(tally.position(), live.head());
     }
 
     #[test]

@@ -11,6 +11,7 @@ use crate::errors::trace_error;
 use crate::sources::Source;
 use magnus::{function, method, prelude::*, Error, IntoValue, RArray, RModule, Ruby, Value};
 use ruby_glue::gvl;
+use stapsdt::ring::scan::ReadAt;
 use stapsdt::ring::TraceError;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use trace_metrics::tally::{self, BUCKETS};
@@ -36,6 +37,21 @@ impl Tally {
     /// `scrape(ring)`: reads the ring (see `Source::of`) from where the
     /// last scrape stopped to its cut; how many records it read.
     fn scrape(ruby: &Ruby, rb_self: &Self, ring: Value) -> Result<u64, Error> {
+        Self::read(ruby, rb_self, ring, |tally, source| tally.scrape(source))
+    }
+
+    /// `finish(ring)`: the last read of the ring of a process that exited,
+    /// to its end (see `trace_metrics::Tally::finish`); how many records.
+    fn finish(ruby: &Ruby, rb_self: &Self, ring: Value) -> Result<u64, Error> {
+        Self::read(ruby, rb_self, ring, |tally, source| tally.finish(source))
+    }
+
+    fn read(
+        ruby: &Ruby,
+        rb_self: &Self,
+        ring: Value,
+        read: impl Fn(&mut tally::Tally, &dyn ReadAt) -> Result<u64, TraceError> + Send + Sync,
+    ) -> Result<u64, Error> {
         let read = match Source::of(ring)? {
             Source::File(file) => {
                 // Read through a descriptor of its own: the caller's may be
@@ -49,10 +65,10 @@ impl Tally {
                         },
                     )
                 })?;
-                gvl::without_gvl(|| rb_self.lock().scrape(&own))
+                gvl::without_gvl(|| read(&mut rb_self.lock(), &own))
             }
             // Calls into Ruby: with the GVL.
-            source @ Source::Object(_) => rb_self.lock().scrape(&source),
+            source @ Source::Object(_) => read(&mut rb_self.lock(), &source),
         };
         read.map_err(|err| trace_error(ruby, err))
     }
@@ -121,6 +137,7 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     class.define_singleton_method("new", function!(Tally::new, 1))?;
     class.define_singleton_method("exposition", function!(Tally::exposition, 1))?;
     class.define_method("scrape", method!(Tally::scrape, 1))?;
+    class.define_method("finish", method!(Tally::finish, 1))?;
     class.define_method("lost", method!(Tally::lost, 0))?;
     class.define_method("probe_list", method!(Tally::probes, 0))?;
     Ok(())

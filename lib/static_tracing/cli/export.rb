@@ -110,23 +110,36 @@ module StaticTracing
 
         private
 
+        # A process that exited is read to its end, through the ring it
+        # kept open (SIGKILLed or gone, unlinked or not), and its final
+        # counts served by this scrape; its series go at the next one.
         def drop_exited
-          @watched.select! do |pid, process|
-            next true if process.alive?
-
-            @err.puts("#{PROGRAM}: process #{pid} exited: its series are gone")
-            false
-          end
+          @watched.select! { |_pid, process| process.alive? || last_read(process) }
         end
 
         # Every process this user may read (any, as root), kept from one
         # scrape to the next while it runs: whether it records is asked
         # again at each scrape, its environment (where its state file is)
-        # is read once.
+        # is read once. One that exited is read to its end first.
         def discover
           running = candidates
-          @watched.select! { |pid, process| running[pid] == process.start_time }
+          @watched.select! { |pid, process| running[pid] == process.start_time || last_read(process) }
           running.each { |pid, start_time| @watched[pid] ||= Watched.found(pid, start_time) }
+        end
+
+        # True the first time (its last read, served by this scrape), false
+        # after (its series go), and for a process with no series.
+        def last_read(process)
+          if process.finished? || process.tally.nil?
+            process.close
+            return false
+          end
+
+          problem = process.finish
+          @err.puts("#{PROGRAM}: process #{process.pid} exited: " \
+                    "#{problem ? "its ring could not be read to its end: #{problem}" : "read its ring to its end"}; " \
+                    "its series go at the next scrape")
+          true
         end
 
         # pid => start time of every process in /proc this user may read.
@@ -186,6 +199,29 @@ module StaticTracing
           @state&.alive? || false
         end
 
+        def finished?
+          @finished ? true : false
+        end
+
+        # The last read of the ring of a process that exited, through the
+        # descriptor kept from the last scrape: to its end, records its
+        # writer was killed in the middle of passed over (lost). Returns
+        # why it could not, or nil.
+        def finish
+          @finished = true
+          return unless @ring_file && @tally
+
+          @tally.finish(@ring_file.fileno)
+          nil
+        rescue Error, SystemCallError => e
+          e.message
+        end
+
+        def close
+          @ring_file&.close
+          @ring_file = nil
+        end
+
         # Reads its ring on; returns why it could not, or nil. +strict+
         # raises that instead, and also when it does not record. A process
         # whose state cannot be read now (it is exiting, say) is passed over.
@@ -215,13 +251,24 @@ module StaticTracing
           nil
         end
 
-        # Read only, as RingLocator opens a ring.
+        # Read only, as RingLocator opens a ring. Its descriptor is kept
+        # (a duplicate) for the process's last read: a ring a process
+        # removes as it exits stays readable through it.
         def read_ring(published, ring)
           RingLocator.open(@state, published) do |file|
             @tally ||= TraceFile.reader::Tally.new(ring)
+            keep(file)
             @tally.scrape(file.fileno)
           end
           nil
+        end
+
+        def keep(file)
+          same = @ring_file && File.identical?(@ring_file, file)
+          return if same
+
+          close
+          @ring_file = file.dup
         end
       end
     end
