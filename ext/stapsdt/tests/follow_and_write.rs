@@ -189,3 +189,43 @@ fn a_file_that_breaks_the_format_is_named_in_the_error() {
         "{err}"
     );
 }
+
+#[test]
+fn a_follower_from_now_reads_and_counts_only_the_records_made_after_it_began() {
+    let mut fixture = Fixture::new("from-now", 16, true);
+    let probe = fixture
+        .ring
+        .add_probe("app", "p", &[ArgType::Int64], Some(0), None)
+        .unwrap();
+    // A flight ring another recording has lapped: 40 records, 24 overwritten.
+    for value in 0..40 {
+        fixture.ring.record_integer(probe, value as u64, 1, value);
+    }
+    fixture.sync();
+    let mut follower = Follower::from_now(&fixture.file, "ring").unwrap();
+    assert_eq!(follower.poll(&fixture.file).unwrap(), 0);
+    for value in 40..45 {
+        fixture.ring.record_integer(probe, value as u64, 1, value);
+    }
+    fixture.sync();
+    assert_eq!(follower.poll(&fixture.file).unwrap(), 5);
+    let counts = follower.counts();
+    assert_eq!((counts.records, counts.lost, counts.dropped), (5, 0, 0));
+    // Then 20 more before the next read: 4 of them overwritten.
+    for value in 45..65 {
+        fixture.ring.record_integer(probe, value as u64, 1, value);
+    }
+    fixture.sync();
+    assert_eq!(follower.poll(&fixture.file).unwrap(), 16);
+    assert_eq!(follower.finish(&fixture.file).unwrap(), 0);
+    let counts = follower.counts();
+    assert_eq!((counts.records, counts.lost, counts.dropped), (21, 4, 0));
+
+    let mut written = Vec::new();
+    follower.write(&mut written).unwrap();
+    let trace = parse(&written).unwrap();
+    let firsts: Vec<Value> = trace.records.iter().map(|r| r.args[0].clone()).collect();
+    let expected: Vec<Value> = (40..45).chain(49..65).map(Value::Int).collect();
+    assert_eq!(firsts, expected);
+    assert_eq!(trace.lost(), 4);
+}

@@ -25,11 +25,14 @@ module StaticTracing
       attr_reader :recorder, :id, :reader, :ending, :status, :stop_failure
 
       # +recorder+: the process's ControlChannel; +id+: the recording to
-      # follow, which the command renews if +leased+.
-      def initialize(recorder, id, leased:)
+      # follow, which the command renews if +leased+. +borrowed+: another's
+      # (a flight recording), read from its head on without writing to it,
+      # and left running at the end.
+      def initialize(recorder, id, leased:, borrowed: false)
         @recorder = recorder
         @id = id
         @leased = leased
+        @borrowed = borrowed
         @status = recorder.recording
         @started = CLI.monotonic
         @renew_failure = nil
@@ -42,11 +45,11 @@ module StaticTracing
       # it ended already) and reads what is left. +opened+ is called once
       # the ring is open. Returns self.
       def follow(seconds: nil, interrupt: nil, opened: nil)
-        recorder.open_ring(write: true) do |ring|
-          @reader = TraceFile::RingReader.new(ring)
+        recorder.open_ring(write: !@borrowed) do |ring|
+          @reader = TraceFile::RingReader.new(ring, from_now: @borrowed)
           opened&.call
           @ending = with_signals(interrupt) { poll(seconds && (CLI.monotonic + seconds)) }
-          stop if %i[time interrupt].include?(ending.kind)
+          stop if %i[time interrupt].include?(ending.kind) && !@borrowed
           @finished = CLI.monotonic
           @status = final_status
           reader.take_rest

@@ -8,7 +8,7 @@
 //! the writer reuse the slots before it. In flight mode (overwrite) the
 //! writer does not wait: what it overwrote before a read is lost.
 
-use super::cursor::Cursor;
+use super::cursor::{Cursor, Lost};
 use super::format::{offset, ProbeEntry, Slot, SLOT_SIZE};
 use super::live_threads::live_names;
 use super::scan::{self, Opened, Pass, ReadAt, TraceError};
@@ -40,6 +40,10 @@ pub struct Follower {
     thread_names: BTreeMap<u32, String>,
     /// Where the process is in this `/proc`, once looked for.
     process: Option<Option<u64>>,
+    /// What the ring had reserved and dropped before the follower began,
+    /// when it began at the ring's head ([`Follower::from_now`]): not its
+    /// records, and none of them lost.
+    before: Lost,
 }
 
 /// What a follower or a dump read, as the command reports it.
@@ -66,6 +70,47 @@ impl Follower {
             held: Held::default(),
             thread_names: BTreeMap::new(),
             process: None,
+            before: Lost::default(),
+        })
+    }
+
+    /// Starts following the ring `file` from its head: only records made
+    /// from now on are read, and only they are counted, read or lost (a
+    /// flight ring another recording fills, read for a while). Only reads.
+    ///
+    /// Where it starts is taken where two reads of the ring's counters in a
+    /// row agree (a few tries at most), so that a record being reserved as
+    /// it starts (its slots counted in `head` before it is counted in
+    /// `records`) is not taken for one of its own, lost.
+    pub fn from_now(file: &(impl RingSource + ?Sized), name: &str) -> Result<Follower, TraceError> {
+        let mut opened = open(file, name)?;
+        for _ in 0..100 {
+            let again = open(file, name)?;
+            let settled = again.counters.head == opened.counters.head
+                && again.counters.records == opened.counters.records;
+            opened = again;
+            if settled {
+                break;
+            }
+        }
+        let counters = &opened.counters;
+        let before = Lost {
+            dropped: counters.dropped,
+            overwritten: counters.records,
+        };
+        let cursor = Cursor {
+            position: counters.head,
+            lost: before,
+            ..Cursor::default()
+        };
+        Ok(Follower {
+            name: name.to_owned(),
+            cursor,
+            opened,
+            held: Held::default(),
+            thread_names: BTreeMap::new(),
+            process: None,
+            before,
         })
     }
 
@@ -104,7 +149,10 @@ impl Follower {
     }
 
     pub fn counts(&self) -> Counts {
-        counts(&self.cursor)
+        let mut cursor = self.cursor;
+        cursor.lost.dropped -= self.before.dropped;
+        cursor.lost.overwritten -= self.before.overwritten;
+        counts(&cursor)
     }
 
     /// The sequence number of the next slot to read.
@@ -118,7 +166,13 @@ impl Follower {
 
     /// Writes what was read as a trace file.
     pub fn write(&self, out: &mut impl Write) -> io::Result<()> {
-        write(out, &self.opened, &self.held, &self.thread_names)
+        write(
+            out,
+            &self.opened,
+            self.before,
+            &self.held,
+            &self.thread_names,
+        )
     }
 
     /// Reads the names of the threads of the records held after the first
@@ -188,7 +242,7 @@ pub fn dump(
     let thread_names = live_names(&opened.header, &held.threads_after(0), &mut None)
         .into_iter()
         .collect();
-    write(out, &opened, &held, &thread_names).map_err(DumpError::Write)?;
+    write(out, &opened, Lost::default(), &held, &thread_names).map_err(DumpError::Write)?;
     Ok(counts(&cursor))
 }
 
@@ -217,9 +271,12 @@ fn counts(cursor: &Cursor) -> Counts {
     }
 }
 
+/// `before`: what the ring had reserved and dropped before the records
+/// read, none of which the trace file counts.
 fn write(
     out: &mut impl Write,
     opened: &Opened,
+    before: Lost,
     held: &Held,
     thread_names: &BTreeMap<u32, String>,
 ) -> io::Result<()> {
@@ -227,8 +284,8 @@ fn write(
     let origin = Origin {
         header: &opened.header,
         table: &table,
-        records_total: opened.counters.records,
-        dropped: opened.counters.dropped,
+        records_total: opened.counters.records - before.overwritten,
+        dropped: opened.counters.dropped - before.dropped,
     };
     trace_file::write(out, &origin, held, thread_names)
 }
