@@ -34,20 +34,69 @@ RSpec.describe "StaticTracing::Rack::Metrics", :subprocess do
     expect(app.call("REQUEST_METHOD" => "POST")).to eq(refused)
   end
 
+  # The example app, with the metrics at /metrics, saying which worker answered.
+  let(:rackup) do
+    File.join(root, "config.ru").tap do |path|
+      File.write(path, <<~RUBY)
+        require #{File.join(E2E::Puma::APP, "app").inspect}
+        # When each scrape took its counts, inside the workers' lock: the
+        # order in which they happened, whoever answered.
+        class StampedMetrics < StaticTracing::Rack::Metrics
+          Stamped = Struct.new(:inner) do
+            def update
+              inner.update do |workers|
+                yield(workers).tap { Thread.current[:scraped_at] = Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond) }
+              end
+            end
+          end
+
+          private
+
+          def tallies = Stamped.new(super)
+        end
+        # Enough records to lap a 64K ring.
+        map "/burst" do
+          run(lambda do |_env|
+            3000.times { PagesController.new.home }
+            [200, { "content-type" => "text/plain" }, ["burst, served by \#{Process.pid}\n"]]
+          end)
+        end
+        metrics = StampedMetrics.new
+        map "/metrics" do
+          run(lambda do |env|
+            status, headers, body = metrics.call(env)
+            [status, headers.merge("x-served-by" => Process.pid.to_s,
+                                   "x-scraped-at" => Thread.current[:scraped_at].to_s), body]
+          end)
+        end
+        run PagesApp.new
+      RUBY
+    end
+  end
+
+  def recording_puma(size = "1M")
+    start_puma(rackup:, env: { "STATIC_TRACING_RECORD" => "--flight --size #{size}", "STATIC_TRACING_DIR" => stubs })
+  end
+
+  def get_metrics(puma)
+    Net::HTTP.start("127.0.0.1", puma.port, read_timeout: 10) { |http| http.get("/metrics") }
+  end
+
+  # +count+ scrapes, 4 at a time, in the order they took their counts:
+  # [worker that answered, {pid => slow calls}] each.
+  def scrapes(puma, count)
+    responses = Array.new(count / 4) { Array.new(4) { Thread.new { get_metrics(puma) } }.map(&:value) }.flatten
+    responses.sort_by { |response| Integer(response["x-scraped-at"]) }.map do |response|
+      expect(response.code).to eq("200"), response.body
+      calls = PrometheusText.values(PrometheusText.parse(response.body), "static_tracing_probe_calls_total",
+                                    by: %i[pid probe], provider: "pages_controller")
+      slow = calls.select { |(_, probe), _| probe == "slow" }
+      [Integer(response["x-served-by"]), slow.to_h { |(pid, _), value| [Integer(pid), value] }]
+    end
+  end
+
   it "serves every worker's calls from whichever worker answers, loading its reader only then" do
-    rackup = File.join(root, "config.ru")
-    File.write(rackup, <<~RUBY)
-      require #{File.join(E2E::Puma::APP, "app").inspect}
-      metrics = StaticTracing::Rack::Metrics.new
-      map "/metrics" do
-        run(lambda do |env|
-          status, headers, body = metrics.call(env)
-          [status, headers.merge("x-served-by" => Process.pid.to_s), body]
-        end)
-      end
-      run PagesApp.new
-    RUBY
-    puma = start_puma(rackup:, env: { "STATIC_TRACING_RECORD" => "--flight --size 1M", "STATIC_TRACING_DIR" => stubs })
+    puma = recording_puma
     workers = puma.worker_pids
     served = puma.serve_until("/slow") { |pids| (workers - pids).empty? }
     expect(workers.map { |pid| mapped?(pid, "trace_reader.so") }).to eq([false, false])
@@ -71,6 +120,50 @@ RSpec.describe "StaticTracing::Rack::Metrics", :subprocess do
     expect(answered.uniq).to match_array(workers)
     expect(workers.map { |pid| mapped?(pid, "trace_reader.so") }).to eq([true, true])
     expect(mapped?(puma.pid, "trace_reader.so")).to be(false)
+  end
+
+  it "keeps each worker's counters the same whichever worker answers and never lower, as workers are killed" do
+    # Rings of 2048 records, lapped between scrapes by bursts of calls: a
+    # worker that read a ring afresh would find fewer calls than were counted.
+    puma = recording_puma("64K")
+    served = Hash.new(0)
+    highest = Hash.new(0)
+    answered = []
+    observe = lambda do |results|
+      results.each do |by, calls|
+        answered << by
+        calls.each do |pid, value|
+          expect(value).to be >= highest[pid], "#{by} answered #{value} calls of #{pid}, after #{highest[pid]}"
+          highest[pid] = value
+        end
+      end
+    end
+    workers = puma.worker_pids
+    3.times do
+      puma.serve("/slow", requests: 40).each { |pid| served[pid] += 1 }
+      observe.call(scrapes(puma, 16))
+      # Every call made before a scrape is in it, whichever worker answered.
+      workers.each { |pid| expect(highest[pid]).to eq(served[pid]) }
+      bursts = puma.serve_until("/burst", batch: 8, most: 80) { |pids| (workers - pids).empty? }
+      expect(bursts.uniq).to match_array(workers)
+      observe.call(scrapes(puma, 8))
+      workers.each { |pid| expect(highest[pid]).to eq(served[pid]) }
+      # Calls no scrape has seen yet, then the worker is killed.
+      killed = workers.first
+      mark = puma.output.size
+      puma.serve("/slow", requests: 40).each { |pid| served[pid] += 1 }
+      Process.kill("KILL", killed)
+      replacement = Integer(puma.wait_for(/- Worker \d \(PID: (\d+)\) booted\b/, from: mark, timeout: 60)[1])
+      workers = [replacement, *workers.drop(1)]
+      # Read to its end by a worker that held its ring open, served so, then gone.
+      50.times do
+        results = scrapes(puma, 4)
+        observe.call(results)
+        break if results.none? { |_, calls| calls.key?(killed) }
+      end
+      expect(highest[killed]).to eq(served[killed])
+    end
+    expect(answered.uniq.size).to be >= 2
   end
 
   it "serves only its own ring in a process whose parent runs another program" do

@@ -16,7 +16,9 @@
 //! it passes over counts as lost.
 //!
 //! What a tally keeps (the cursor, the counts and buckets) is plain
-//! numbers, kept here per answering process.
+//! numbers: [`Tally::state`] writes them as bytes and
+//! [`Tally::from_state`] reads them back, so that the workers of one
+//! server can share one tally of each ring.
 
 use stapsdt::ring::format::{Header, OVERWRITE};
 use stapsdt::ring::scan::{self, Opened, Pass, ReadAt, ReadError};
@@ -24,6 +26,8 @@ use stapsdt::ring::{Cursor, Lost, ProbeEntry, Record, TraceError, Value};
 use std::collections::HashMap;
 use std::time::Duration;
 use trace_report::report::histogram::bucket_bits;
+
+mod state;
 
 /// Finite histogram buckets: durations below 1us, 2us, 4us... up to
 /// 2^25us (33.6s); longer ones count in `+Inf` only. The bounds of

@@ -7,9 +7,11 @@
 //! rings) runs with the GVL released, on a descriptor of its own, so that
 //! no Ruby thread waits for it, and none can close what it reads.
 
-use crate::errors::trace_error;
+use crate::errors::{format_error, trace_error};
 use crate::sources::Source;
-use magnus::{function, method, prelude::*, Error, IntoValue, RArray, RModule, Ruby, Value};
+use magnus::{
+    function, method, prelude::*, Error, IntoValue, RArray, RModule, RString, Ruby, Value,
+};
 use ruby_glue::gvl;
 use stapsdt::ring::scan::ReadAt;
 use stapsdt::ring::TraceError;
@@ -71,6 +73,22 @@ impl Tally {
             source @ Source::Object(_) => read(&mut rb_self.lock(), &source),
         };
         read.map_err(|err| trace_error(ruby, err))
+    }
+
+    /// `state`: the tally as a binary String, for another process to go on
+    /// from (`Tally.from_state`).
+    fn state(ruby: &Ruby, rb_self: &Self) -> RString {
+        ruby.str_from_slice(&rb_self.lock().state())
+    }
+
+    /// `Tally.from_state(bytes)`: the tally `state` wrote; FormatError for
+    /// bytes that are not one.
+    fn from_state(ruby: &Ruby, bytes: RString) -> Result<Tally, Error> {
+        // SAFETY: the bytes are copied out before any Ruby code can run.
+        let bytes = unsafe { bytes.as_slice() }.to_vec();
+        tally::Tally::from_state(&bytes)
+            .map(|tally| Tally(Mutex::new(tally)))
+            .map_err(|err| format_error(ruby, format!("not a tally: {err}")))
     }
 
     /// `[dropped, overwritten]`: records lost so far.
@@ -136,6 +154,8 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     let class = module.define_class("Tally", ruby.class_object())?;
     class.define_singleton_method("new", function!(Tally::new, 1))?;
     class.define_singleton_method("exposition", function!(Tally::exposition, 1))?;
+    class.define_singleton_method("from_state", function!(Tally::from_state, 1))?;
+    class.define_method("state", method!(Tally::state, 0))?;
     class.define_method("scrape", method!(Tally::scrape, 1))?;
     class.define_method("finish", method!(Tally::finish, 1))?;
     class.define_method("lost", method!(Tally::lost, 0))?;
