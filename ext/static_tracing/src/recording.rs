@@ -308,11 +308,14 @@ impl Recording {
     }
 
     /// Writes what the ring holds now as the new trace file `path` (see
-    /// `Ring::snapshot` and `stapsdt::snapshot_file::write_new`). Takes time
-    /// and memory in proportion to what the ring holds: call it with the
+    /// `Ring::snapshot_within` and `stapsdt::snapshot_file::write_snapshot`),
+    /// straight from its copy: a mapping of its own, handed back once
+    /// written, so that a dump leaves nothing behind in malloc's arenas.
+    /// Takes time in proportion to what the ring holds: call it with the
     /// GVL released.
     pub fn write_snapshot(&self, path: &Path) -> io::Result<()> {
-        stapsdt::snapshot_file::write_new(path, &self.ring().snapshot())
+        let snapshot = self.ring().snapshot_within(Window::WHOLE)?;
+        stapsdt::snapshot_file::write_snapshot(path, &snapshot)
     }
 
     /// A trigger's snapshot: the records of `window` as the new file
