@@ -5,6 +5,13 @@ require "static_tracing"
 require "tmpdir"
 Dir[File.join(__dir__, "support", "*.rb")].each { |file| require file }
 
+# The matrix lane's YJIT suite runs every Ruby with --yjit: a Ruby that
+# quietly ran without it (built without YJIT, the option dropped on the
+# way) would pass for one that has it.
+if ENV["STATIC_TRACING_REQUIRE_YJIT"] == "1" && !YJIT.enabled?
+  abort "spec: STATIC_TRACING_REQUIRE_YJIT=1, but YJIT is off: #{RUBY_DESCRIPTION}, RUBYOPT=#{ENV["RUBYOPT"].inspect}"
+end
+
 RSpec.configure do |config|
   config.disable_monkey_patching!
   config.expect_with(:rspec) { |c| c.syntax = :expect }
@@ -18,6 +25,10 @@ RSpec.configure do |config|
   config.include E2E::Helpers, :e2e
   config.before(:each, :e2e) { require_tracing! }
   config.after(:each, :e2e) { stop_started_processes }
+
+  # Examples of code YJIT compiled: skipped where the Ruby has no YJIT.
+  config.include YJIT::Helpers, :yjit
+  config.before(:each, :yjit) { require_yjit! }
 
   # Examples that drive child processes without attaching a tracer to them.
   config.include E2E::Helpers, :subprocess

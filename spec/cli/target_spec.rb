@@ -95,6 +95,25 @@ RSpec.describe StaticTracing::CLI::Target do
     expect(target.stubs.map(&:provider)).not_to include("cli_target_db")
   end
 
+  # A deploy that installs a new release and removes the old one leaves the
+  # running workers with their extension mapped from a deleted file: they
+  # still have the gem loaded.
+  it "sees the extension in a process whose copy of the gem was removed after it loaded" do
+    Dir.mktmpdir("static_tracing-removed-gem") do |dir|
+      FileUtils.cp_r(File.expand_path("../../lib", __dir__), dir)
+      IO.popen([RbConfig.ruby, "-I", File.join(dir, "lib"), "-e",
+                "require 'static_tracing'; puts :loaded; $stdout.flush; $stdin.read"], "r+") do |process|
+        expect(process.wait_readable(30) && process.gets).to eq("loaded\n")
+        FileUtils.rm_rf(File.join(dir, "lib"))
+        child = described_class.new(process.pid)
+        expect(File.read("/proc/#{process.pid}/maps")).to match(%r{/static_tracing\.so \(deleted\)$})
+        expect(child.extension_loaded?).to be(true)
+      ensure
+        process.close_write
+      end
+    end
+  end
+
   it "says when there is no such process" do
     pid = dead_pid
     expect { described_class.new(pid) }

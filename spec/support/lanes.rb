@@ -3,10 +3,11 @@
 # Which lane of CI runs which spec (docs/development.md, "What each lane
 # runs"). The main lane (bin/test) runs every spec, under Debian 12's Ruby
 # 3.1 with bpftrace 0.17. The matrix lane (bin/matrix) runs them again
-# under newer Rubies, all with bpftrace 0.27: it is there for what changes
-# with the Ruby or the tracer, so it leaves out what is listed here, each
-# with its reason. A spec not listed runs in both lanes, under every Ruby:
-# leaving one out is a decision written down here, never a default.
+# under newer Rubies, all with bpftrace 0.27, and under Ruby 3.4 with YJIT
+# on: it is there for what changes with the Ruby, the JIT or the tracer,
+# so it leaves out what is listed here, each with its reason. A spec not
+# listed runs in both lanes, under every Ruby: leaving one out is a
+# decision written down here, never a default.
 # spec/lanes_spec.rb holds every entry to something it selects.
 module Lanes
   ROOT = File.expand_path("../..", __dir__)
@@ -63,7 +64,37 @@ module Lanes
                    "forks (fork_spec.rb, process_wide_spec.rb), wrapping while threads call (exactness_spec.rb)")
   ].freeze
 
-  TAGS = { version_independent: VERSION_INDEPENDENT, ruby_independent: RUBY_INDEPENDENT }.freeze
+  # Tagged :jit_independent, left out of the matrix lane's YJIT suite
+  # (3.4-yjit) only, whose time goes to what YJIT changes: how the traced
+  # process runs the gem's Ruby code (wrappers, fires, frames, the GC under
+  # compiled code). These check what runs elsewhere, or what no Ruby code
+  # of the traced process decides; the 3.4 suite runs them under the same
+  # Ruby version, and the main lane under every check.
+  COMMAND = "the command reads processes and files from outside them: none of it runs in the traced process"
+  JIT_INDEPENDENT = [
+    *%w[chroot cli container export output_errors output_file private_file process_dir process_state report
+        stub_file target trace_file].map { |name| Entry.new(file: "spec/cli/#{name}_spec.rb", why: COMMAND) },
+    *%w[commands cut_short large_ring launch messages output_path recording_options typos].map do |name|
+      Entry.new(file: "spec/recorder/#{name}_spec.rb",
+                why: "#{COMMAND}; the options and the control requests it sends are parsed the same under any JIT")
+    end,
+    Entry.new(file: "spec/hardening/gc_spec.rb",
+              group: "Native objects under GC.stress and GC.compact when the provider and tracepoint specs run " \
+                     "with GC.stress around every native call",
+              why: "the native objects' marking and moving under GC.stress, the same whatever runs the Ruby code " \
+                   "that calls them: 100 s with YJIT; compaction under code YJIT compiled is spec/yjit_spec.rb's"),
+    *{ "bad_input" => "declarations refused by the checks of names, types and values",
+       "scale" => "stubs of thousands of probes, built and loaded natively",
+       "stub_directories" => "the stub directory's rules, applied natively",
+       "namespaces" => "stub files shared across pid namespaces",
+       "descriptors" => "a process out of file descriptors",
+       "control_characters" => "names and values the command prints escaped" }.map do |name, what|
+      Entry.new(file: "spec/hardening/#{name}_spec.rb", why: "#{what}: no code the JIT compiles decides it")
+    end
+  ].freeze
+
+  TAGS = { version_independent: VERSION_INDEPENDENT, ruby_independent: RUBY_INDEPENDENT,
+           jit_independent: JIT_INDEPENDENT }.freeze
 
   def self.tag(config)
     config.define_derived_metadata do |metadata|

@@ -53,9 +53,10 @@ module StaticTracing
       end
 
       # Whether the gem's native extension is mapped, i.e. the process
-      # required static_tracing at all.
+      # required static_tracing at all; from a file since deleted too (a
+      # deploy removed the release or gem version the process loaded).
       def extension_loaded?
-        mappings.any? { |mapping| File.basename(mapping.name) == EXTENSION }
+        mappings.any? { |mapping| File.basename(mapping.name.delete_suffix(DELETED)) == EXTENSION }
       end
 
       # Every probe of every stub, with its semaphore and probe site read
