@@ -201,7 +201,7 @@ RSpec.describe "static-tracing export" do
 
     it "reads a process that exits to its last record, killed or not, serves that once, then drops its series" do
       staying, killed, ended = Array.new(3) { recording_process }
-      export = start_export(staying.pid, killed.pid, ended.pid)
+      export = start_export("--keep-exited", 0, staying.pid, killed.pid, ended.pid)
       [killed, ended].each { |child| call_work(child, 10) }
       expect(calls(scrape)).to include([killed.pid.to_s, "work"] => 10, [ended.pid.to_s, "work"] => 10)
       # Calls after the last scrape, then the process is gone: SIGKILLed
@@ -222,7 +222,7 @@ RSpec.describe "static-tracing export" do
       end
     end
 
-    it "with no PID, finds each process of its user that records at each scrape, new ones from 0" do
+    it "with no PID, finds each process of its user that records at each scrape, new ones from 0, keeps those gone" do
       before = recording_process
       call_work(before, 3)
       start_export
@@ -232,8 +232,9 @@ RSpec.describe "static-tracing export" do
       expect(calls(scrape)).to include([before.pid.to_s, "work"] => 3, [after.pid.to_s, "work"] => 4)
       call_work(after, 5)
       after.kill
+      # Read to its end, then kept at its last counts (--keep-exited, 60 s).
       expect(calls(scrape)).to include([after.pid.to_s, "work"] => 9)
-      expect(calls(scrape).keys.map(&:first)).not_to include(after.pid.to_s)
+      expect(calls(scrape)).to include([after.pid.to_s, "work"] => 9)
     end
 
     it "refuses a process that does not record in one line, before it serves" do

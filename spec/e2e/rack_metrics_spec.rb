@@ -155,13 +155,13 @@ RSpec.describe "StaticTracing::Rack::Metrics", :subprocess do
       Process.kill("KILL", killed)
       replacement = Integer(puma.wait_for(/- Worker \d \(PID: (\d+)\) booted\b/, from: mark, timeout: 60)[1])
       workers = [replacement, *workers.drop(1)]
-      # Read to its end by a worker that held its ring open, served so, then gone.
+      # Read to its end by a worker that held its ring open, then kept so.
       50.times do
-        results = scrapes(puma, 4)
-        observe.call(results)
-        break if results.none? { |_, calls| calls.key?(killed) }
+        observe.call(scrapes(puma, 4))
+        break if highest[killed] == served[killed]
       end
       expect(highest[killed]).to eq(served[killed])
+      expect(scrapes(puma, 4).map { |_, calls| calls[killed] }).to all(eq(served[killed]))
     end
     expect(answered.uniq.size).to be >= 2
   end

@@ -28,6 +28,8 @@ module StaticTracing
                 or SIGTERM.
               TEXT
 
+      # How long the series of a process that exited stay, at their last counts.
+      DEFAULT_KEEP_EXITED = 60.0
       ADDRESS = /\A(?:\[(?<host>[^\]]+)\]|(?<host>[^:\[\]]*)):(?<port>\d{1,5})\z/
 
       private
@@ -37,6 +39,12 @@ module StaticTracing
         parser.on("--listen HOST:PORT", "Where to serve /metrics (127.0.0.1:9394, [::1]:9394, :9394)") do |address|
           @listen = address
         end
+        @keep_exited = DEFAULT_KEEP_EXITED
+        parser.on("--keep-exited SECONDS", "How long a process that exited keeps its series, at its last counts " \
+                                           "(default #{DEFAULT_KEEP_EXITED.to_i})") do |seconds|
+          @keep_exited = Float(seconds, exception: false)
+          raise UsageError, "--keep-exited takes seconds from 0, got #{seconds.inspect}" unless @keep_exited&.>=(0)
+        end
       end
 
       def execute(args)
@@ -44,7 +52,7 @@ module StaticTracing
         pids = pids(args)
         processes = nil
         server = MetricsServer.new(host, port) { processes.metrics }
-        processes = Processes.new(pids, err:)
+        processes = Processes.new(pids, err:, keep_exited: @keep_exited)
         server.run do
           err.puts("Serving metrics of #{processes.described} at http://#{server.address}/metrics (Ctrl-C to stop)")
           err.flush
@@ -81,8 +89,9 @@ module StaticTracing
       class Processes
         PROC = "/proc"
 
-        def initialize(pids, err:)
+        def initialize(pids, err:, keep_exited: DEFAULT_KEEP_EXITED)
           @err = err
+          @keep_exited = keep_exited
           @named = !pids.empty?
           @watched = {}
           # A named process is checked now, in one line: it records, and its
@@ -127,19 +136,26 @@ module StaticTracing
           running.each { |pid, start_time| @watched[pid] ||= Watched.found(pid, start_time) }
         end
 
-        # True the first time (its last read, served by this scrape), false
-        # after (its series go), and for a process with no series.
+        # True while its series stay: read to its end the first time, then
+        # served so for @keep_exited seconds, so that every Prometheus
+        # scraping it (an HA pair) sees its last counts; false for a
+        # process with no series.
         def last_read(process)
-          if process.finished? || process.tally.nil?
+          unless process.tally && (!process.finished? || CLI.monotonic - process.finished_at < @keep_exited)
             process.close
             return false
           end
+          return true if process.finished?
 
           problem = process.finish
           @err.puts("#{PROGRAM}: process #{process.pid} exited: " \
                     "#{problem ? "its ring could not be read to its end: #{problem}" : "read its ring to its end"}; " \
-                    "its series go at the next scrape")
+                    "its series go #{going}")
           true
+        end
+
+        def going
+          @keep_exited.positive? ? "in #{format("%g", @keep_exited)}s (--keep-exited)" : "at the next scrape"
         end
 
         # pid => start time of every process in /proc this user may read.
@@ -200,15 +216,18 @@ module StaticTracing
         end
 
         def finished?
-          @finished ? true : false
+          !@finished_at.nil?
         end
+
+        # When it was read to its end (CLI.monotonic).
+        attr_reader :finished_at
 
         # The last read of the ring of a process that exited, through the
         # descriptor kept from the last scrape: to its end, records its
         # writer was killed in the middle of passed over (lost). Returns
         # why it could not, or nil.
         def finish
-          @finished = true
+          @finished_at = CLI.monotonic
           return unless @ring_file && @tally
 
           @tally.finish(@ring_file.fileno)

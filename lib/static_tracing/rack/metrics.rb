@@ -31,7 +31,9 @@ module StaticTracing
     # The workers share their tallies (SharedTallies): each scrape goes on
     # from the last, whichever worker answered it. A worker that exits is
     # read to its end by a worker that holds its ring open (each keeps
-    # open the rings it read), served so once, then dropped.
+    # open the rings it read), and its series stay at those counts for
+    # +keep_exited+ seconds, so that every Prometheus scraping the server
+    # (an HA pair) sees them, then go.
     class Metrics
       CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
       # How long a worker that exited keeps its series, waiting for a
@@ -50,8 +52,9 @@ module StaticTracing
         end
       end
 
-      def initialize(proc_dir: "/proc")
+      def initialize(proc_dir: "/proc", keep_exited: 60.0)
         @proc = proc_dir
+        @keep_exited = keep_exited
         @lock = Mutex.new
         @ring_files = {}
         @tallies = nil
@@ -124,7 +127,7 @@ module StaticTracing
         return unless state.start_time == start_time
 
         worker = workers[pid]
-        worker = workers[pid] = SharedTallies::Worker.new(start_time, nil, nil, false) unless
+        worker = workers[pid] = SharedTallies::Worker.new(start_time, nil, nil, nil) unless
           worker&.start_time == start_time
         RingLocator.open(state, published) do |file|
           keep(pid, start_time, file)
@@ -137,17 +140,18 @@ module StaticTracing
       end
 
       # A worker that is gone: true while its series stay. Read to its end
-      # if this process holds its ring open (served once so, then gone);
-      # otherwise kept as it was for GONE_WAIT, for a worker that does.
+      # if this process holds its ring open, then kept so for keep_exited;
+      # until then kept as it was for GONE_WAIT, for a worker that does.
       def last_read(pid, worker)
-        return false if worker.finished || worker.ring_tally.nil?
+        now = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
+        return now - worker.finished_at < @keep_exited if worker.finished_at
+        return false if worker.ring_tally.nil?
 
         kept = @ring_files[pid]
         if kept && kept[0] == worker.start_time
           finish(pid, worker, kept[1])
           return true
         end
-        now = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
         worker.gone_since ||= now
         now - worker.gone_since < GONE_WAIT
       end
@@ -159,7 +163,7 @@ module StaticTracing
                                 "static_tracing: metrics: cannot read the ring of process #{pid} to its end: " \
                                 "#{e.message}")
       ensure
-        worker.finished = true
+        worker.finished_at = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
       end
 
       # A duplicate of the descriptor of worker +pid+'s ring, kept.
@@ -174,7 +178,7 @@ module StaticTracing
       # Rings of workers no longer tallied are let go of.
       def close_gone(workers)
         @ring_files.delete_if do |pid, (start_time, file)|
-          next false if workers[pid]&.start_time == start_time && !workers[pid].finished
+          next false if workers[pid]&.start_time == start_time && !workers[pid].finished_at
 
           file.close
           true
