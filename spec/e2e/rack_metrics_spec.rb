@@ -122,48 +122,87 @@ RSpec.describe "StaticTracing::Rack::Metrics", :subprocess do
     expect(mapped?(puma.pid, "trace_reader.so")).to be(false)
   end
 
+  # Workers of +puma+ serve calls and are scraped; the first is killed
+  # after calls no scrape has seen, +rounds+ times. Each scrape's counters,
+  # in the order they were taken, are never lower than the last; each
+  # equals the calls served before it; a killed worker's reach its calls.
+  # Returns the calls each worker served.
+  def kill_workers(puma, rounds)
+    @served = Hash.new(0)
+    @highest = Hash.new(0)
+    @answered = []
+    workers = puma.worker_pids
+    rounds.times { workers = kill_round(puma, workers) }
+    expect(@answered.uniq.size).to be >= 2
+    @served
+  end
+
+  # One round of #kill_workers; returns the workers after it.
+  def kill_round(puma, workers)
+    serve_and_scrape(puma, workers)
+    # Calls no scrape has seen yet, then the worker is killed.
+    killed = workers.first
+    mark = puma.output.size
+    puma.serve("/slow", requests: 40).each { |pid| @served[pid] += 1 }
+    Process.kill("KILL", killed)
+    replacement = Integer(puma.wait_for(/- Worker \d \(PID: (\d+)\) booted\b/, from: mark, timeout: 60)[1])
+    read_to_its_end(puma, killed)
+    [replacement, *workers.drop(1)]
+  end
+
+  # A killed worker is read to its end by a worker that held its ring
+  # open, and then kept at those counts.
+  def read_to_its_end(puma, killed)
+    50.times do
+      observe(scrapes(puma, 4))
+      break if @highest[killed] == @served[killed]
+    end
+    expect(@highest[killed]).to eq(@served[killed])
+    expect(scrapes(puma, 4).map { |_, calls| calls[killed] }).to all(eq(@served[killed]))
+  end
+
+  # Every call made before a scrape is in it, whichever worker answered,
+  # bursts of other calls lapping the rings between scrapes.
+  def serve_and_scrape(puma, workers)
+    puma.serve("/slow", requests: 40).each { |pid| @served[pid] += 1 }
+    observe(scrapes(puma, 16))
+    workers.each { |pid| expect(@highest[pid]).to eq(@served[pid]) }
+    bursts = puma.serve_until("/burst", batch: 8, most: 80) { |pids| (workers - pids).empty? }
+    expect(bursts.uniq).to match_array(workers)
+    observe(scrapes(puma, 8))
+    workers.each { |pid| expect(@highest[pid]).to eq(@served[pid]) }
+  end
+
+  def observe(results)
+    results.each do |by, calls|
+      @answered << by
+      calls.each do |pid, value|
+        expect(value).to be >= @highest[pid], "#{by} answered #{value} calls of #{pid}, after #{@highest[pid]}"
+        @highest[pid] = value
+      end
+    end
+  end
+
   it "keeps each worker's counters the same whichever worker answers and never lower, as workers are killed" do
     # Rings of 2048 records, lapped between scrapes by bursts of calls: a
     # worker that read a ring afresh would find fewer calls than were counted.
+    kill_workers(recording_puma("64K"), 3)
+  end
+
+  it "shows a real Prometheus no counter reset, and every call served, as workers are killed" do
     puma = recording_puma("64K")
-    served = Hash.new(0)
-    highest = Hash.new(0)
-    answered = []
-    observe = lambda do |results|
-      results.each do |by, calls|
-        answered << by
-        calls.each do |pid, value|
-          expect(value).to be >= highest[pid], "#{by} answered #{value} calls of #{pid}, after #{highest[pid]}"
-          highest[pid] = value
-        end
-      end
-    end
-    workers = puma.worker_pids
-    3.times do
-      puma.serve("/slow", requests: 40).each { |pid| served[pid] += 1 }
-      observe.call(scrapes(puma, 16))
-      # Every call made before a scrape is in it, whichever worker answered.
-      workers.each { |pid| expect(highest[pid]).to eq(served[pid]) }
-      bursts = puma.serve_until("/burst", batch: 8, most: 80) { |pids| (workers - pids).empty? }
-      expect(bursts.uniq).to match_array(workers)
-      observe.call(scrapes(puma, 8))
-      workers.each { |pid| expect(highest[pid]).to eq(served[pid]) }
-      # Calls no scrape has seen yet, then the worker is killed.
-      killed = workers.first
-      mark = puma.output.size
-      puma.serve("/slow", requests: 40).each { |pid| served[pid] += 1 }
-      Process.kill("KILL", killed)
-      replacement = Integer(puma.wait_for(/- Worker \d \(PID: (\d+)\) booted\b/, from: mark, timeout: 60)[1])
-      workers = [replacement, *workers.drop(1)]
-      # Read to its end by a worker that held its ring open, then kept so.
-      50.times do
-        observe.call(scrapes(puma, 4))
-        break if highest[killed] == served[killed]
-      end
-      expect(highest[killed]).to eq(served[killed])
-      expect(scrapes(puma, 4).map { |_, calls| calls[killed] }).to all(eq(served[killed]))
-    end
-    expect(answered.uniq.size).to be >= 2
+    prometheus = start_prometheus(targets: ["127.0.0.1:#{puma.port}"], dir: root)
+    started = Time.now.to_f
+    prometheus.wait_for_scrape_after(started)
+    served = kill_workers(puma, 3)
+    prometheus.wait_for_scrape_after(Time.now.to_f)
+    window = "[#{(Time.now.to_f - started).ceil + 5}s]"
+    slow = 'static_tracing_probe_calls_total{probe="slow"}'
+    expect(prometheus.values("sum(resets(#{slow}#{window}))", by: [])).to eq([] => 0)
+    most = prometheus.values("max_over_time(#{slow}#{window})", by: ["pid"]).reject { |_, calls| calls.zero? }
+    expect(most).to eq(served.to_h { |pid, calls| [[pid.to_s], calls.to_f] })
+    lost = prometheus.values("max_over_time(static_tracing_lost_records_total#{window})", by: %w[pid reason])
+    expect(lost.select { |(_, reason), _| reason == "dropped" }.values).to all(eq(0))
   end
 
   it "serves only its own ring in a process whose parent runs another program" do
