@@ -112,7 +112,8 @@ module StaticTracing
       # shared ones, or its own.
       def tallies
         @tallies ||= if State.path && same_program?(::Process.ppid)
-                       SharedTallies.new(File.dirname(State.path), ::Process.ppid, start_time(::Process.ppid))
+                       SharedTallies.new(File.dirname(State.path), ::Process.ppid, start_time(::Process.ppid),
+                                         File.stat(File.join(@proc, "self", "ns", "pid")).ino)
                      else
                        LocalTallies.new
                      end

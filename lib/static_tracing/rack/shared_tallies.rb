@@ -32,8 +32,11 @@ module StaticTracing
 
       attr_reader :path
 
-      def initialize(dir, master_pid, master_start)
-        @path = File.join(dir, "metrics-#{master_pid}.tally")
+      # +master_pid+ as this process sees it, in its pid namespace
+      # +namespace+ (the inode of /proc/PID/ns/pid, as state files name it:
+      # containers that share a stub directory may each have a pid 1).
+      def initialize(dir, master_pid, master_start, namespace)
+        @path = File.join(dir, "metrics-#{master_pid}-#{namespace}.tally")
         @master_start = master_start
       end
 
