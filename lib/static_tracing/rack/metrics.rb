@@ -127,9 +127,7 @@ module StaticTracing
         ring = RingLocator.ring(published) or return
         return unless state.start_time == start_time
 
-        worker = workers[pid]
-        worker = workers[pid] = SharedTallies::Worker.new(start_time, nil, nil, nil) unless
-          worker&.start_time == start_time
+        worker = worker_of(workers, pid, start_time, ring)
         RingLocator.open(state, published) do |file|
           keep(pid, start_time, file)
           worker.ring_tally ||= reader::Tally.new(ring)
@@ -140,29 +138,53 @@ module StaticTracing
                                 "static_tracing: metrics: cannot read the ring of process #{pid}: #{e.message}")
       end
 
+      # The tally of worker +pid+, whose ring is +ring+ now (a tally goes
+      # on across the rings a process replaces its own with).
+      def worker_of(workers, pid, start_time, ring)
+        worker = workers[pid]
+        return worker.tap { worker.ring = ring } if worker&.start_time == start_time
+
+        workers[pid] = SharedTallies::Worker.new(start_time, ring, nil, nil, nil)
+      end
+
       # A worker that is gone: true while its series stay. Read to its end
-      # if this process holds its ring open, then kept so for keep_exited;
-      # until then kept as it was for GONE_WAIT, for a worker that does.
+      # through its ring kept open here, or its ring file if it is still
+      # there (a worker SIGKILLed leaves it), then kept so for keep_exited;
+      # until then kept as it was for GONE_WAIT, for a worker that holds
+      # it open.
       def last_read(pid, worker)
         now = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
         return now - worker.finished_at < @keep_exited if worker.finished_at
         return false if worker.ring_tally.nil?
 
         kept = @ring_files[pid]
-        if kept && kept[0] == worker.start_time
-          finish(pid, worker, kept[1])
-          return true
-        end
+        return finish(pid, worker, kept[1]) if kept && kept[0] == worker.start_time
+        return true if left_behind(worker) { |file| finish(pid, worker, file) }
+
         worker.gone_since ||= now
         now - worker.gone_since < GONE_WAIT
       end
 
+      # Yields the ring file a worker left behind, opened as rings are
+      # (this user's, private, in a private directory); nil if it is gone.
+      def left_behind(worker, &)
+        path = worker.ring or return
+        CLI::PrivateFile.open_checked(File.dirname(path), File.basename(path),
+                                      owner: ::Process.euid, described: "this worker's uid",
+                                      limit: RingLocator::MAX_RING_FILE, &)
+      rescue CLI::PrivateFile::Untrusted, SystemCallError
+        nil
+      end
+
+      # True: its series stay (at the counts it could read).
       def finish(pid, worker, file)
         worker.ring_tally.finish(file.fileno)
+        true
       rescue StandardError => e
         StaticTracing.warn_once([:rack_metrics_end, pid],
                                 "static_tracing: metrics: cannot read the ring of process #{pid} to its end: " \
                                 "#{e.message}")
+        true
       ensure
         worker.finished_at = ::Process.clock_gettime(::Process::CLOCK_MONOTONIC)
       end

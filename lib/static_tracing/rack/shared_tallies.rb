@@ -20,12 +20,12 @@ module StaticTracing
     class SharedTallies
       # How long a scrape waits for another worker's scrape to finish.
       LOCK_WAIT = 5.0
-      FORMAT = 2
+      FORMAT = 3
 
-      # A worker's ring as tallied. +gone_since+: when it was first found
-      # gone; +finished_at+: when its ring was read to its end (monotonic
-      # seconds, the same in every process).
-      Worker = Struct.new(:start_time, :ring_tally, :gone_since, :finished_at)
+      # A worker's ring (its path) as tallied. +gone_since+: when it was
+      # first found gone; +finished_at+: when its ring was read to its end
+      # (monotonic seconds, the same in every process).
+      Worker = Struct.new(:start_time, :ring, :ring_tally, :gone_since, :finished_at)
 
       # Timed out waiting for another worker.
       class Busy < StandardError; end
@@ -85,12 +85,12 @@ module StaticTracing
           state = entry.fetch("tally")
           tally = state && StaticTracing.trace_reader::Tally.from_state(state.unpack1("m0"))
           [Integer(entry.fetch("pid")),
-           Worker.new(entry.fetch("start_time"), tally, entry["gone_since"], entry["finished_at"])]
+           Worker.new(entry.fetch("start_time"), entry["ring"], tally, entry["gone_since"], entry["finished_at"])]
         end
       end
 
       def entry(pid, worker)
-        { "pid" => pid, "start_time" => worker.start_time, "gone_since" => worker.gone_since,
+        { "pid" => pid, "start_time" => worker.start_time, "ring" => worker.ring, "gone_since" => worker.gone_since,
           "finished_at" => worker.finished_at, "tally" => worker.ring_tally && [worker.ring_tally.state].pack("m0") }
       end
 
