@@ -32,7 +32,6 @@ module StaticTracing
     @ended = nil
     # Why a recording ended, as the command that followed it says it.
     STOPPED_BY_PROCESS = "the process stopped it (StaticTracing::Recorder.stop)"
-    STOPPED_BY_REQUEST = "a request stopped it (static-tracing record PID --stop, or the command that started it)"
     CANCELLED = "the command that asked for it gave up waiting for it"
     # A start between reserving it and installing its ring (made outside the lock).
     @starting = false
@@ -156,7 +155,8 @@ module StaticTracing
           recording = @recording or return false
           raise RecorderError, "another recording runs now (#{recording.id})" if id && recording.id != id
 
-          stop_because(STOPPED_BY_REQUEST)
+          stop_because("a request stopped it (static-tracing record #{Process.pid} --stop, or the command that " \
+                       "started it)")
         end
       end
 

@@ -33,9 +33,12 @@ module StaticTracing
     BOOT_SECONDS = "--seconds is static-tracing record's: it follows the ring and writes the trace file when the " \
                    "time is up, which a process cannot do for itself (its recording runs until stopped); to record " \
                    "a program's first seconds, run it as static-tracing record --seconds N -- COMMAND"
-    BOOT_OUTPUT = "-o is static-tracing record's, which writes the trace file; a process records into its ring " \
-                  "(static-tracing dump PID -o FILE writes a flight recording, or run the program as " \
-                  "static-tracing record -o FILE -- COMMAND)"
+    # Said by the process itself, of itself.
+    def self.boot_output
+      "-o is static-tracing record's, which writes the trace file; a process records into its ring " \
+        "(static-tracing dump #{Process.pid} -o FILE writes a flight recording, or run the program as " \
+        "static-tracing record -o FILE -- COMMAND)"
+    end
     # What one request may carry at most: a request is one write to a FIFO.
     MAX_PATTERNS = 64
     # A trigger's threshold, in nanoseconds. The process keeps it in 64
@@ -108,7 +111,7 @@ module StaticTracing
       parser = OptionParser.new do |each|
         define(each, values)
         each.on("--seconds N") { raise ArgumentError, BOOT_SECONDS }
-        each.on("-o", "--output FILE") { raise ArgumentError, BOOT_OUTPUT }
+        each.on("-o", "--output FILE") { raise ArgumentError, RecordingOptions.boot_output }
       end
       patterns = parser.parse(Shellwords.split(text))
       settings(probes: patterns, **values)

@@ -15,7 +15,8 @@ module StaticTracing
   # The provider is the class name in snake case followed by `_stack` (so it
   # can be used alongside LatencyTracer); `StackTracer.with(provider: :x)`
   # names another. A stack longer than `max_bytes` keeps its innermost
-  # frames; bpftrace reads at most BPFTRACE_STRLEN bytes (64 by default).
+  # frames under a first frame `[truncated]`; bpftrace reads at most
+  # BPFTRACE_STRLEN bytes (64 by default).
   module StackTracer
     KIND = :stack
     DEFAULT_MAX_BYTES = 200

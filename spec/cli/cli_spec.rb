@@ -130,6 +130,19 @@ RSpec.describe StaticTracing::CLI do
         exitstatus: 1, stdout: "", stderr: "static-tracing: no process with PID #{pid}: check the PID (ps -p #{pid})\n"
       )
     end
+
+    it "takes the process as --pid PID too, as rbspy and py-spy do" do
+      pid = dead_pid
+      missing = "static-tracing: no process with PID #{pid}: check the PID (ps -p #{pid})\n"
+      %w[list record enable].each do |command|
+        expect(cli(command, "--pid", pid)).to have_attributes(exitstatus: 1, stderr: missing)
+        expect(cli(command, "--pid=#{pid}")).to have_attributes(exitstatus: 1, stderr: missing)
+      end
+      expect(cli("list", "--pid", pid, "--pid", pid).stderr)
+        .to eq("static-tracing list: --pid given twice: #{pid} and #{pid} (see static-tracing list --help)\n")
+      expect(cli("record", "--duration", "0", "--pid", pid).stderr)
+        .to start_with("static-tracing record: --seconds must be a number of seconds above 0")
+    end
   end
 
   describe "latency" do

@@ -182,13 +182,20 @@ RSpec.describe "static-tracing report" do
   end
 
   describe "--format chrome" do
-    # The document, its numbers exact.
+    # The events, their numbers read as JavaScript viewers read them: doubles.
     def events(stdout)
-      JSON.parse(stdout, decimal_class: BigDecimal).fetch("traceEvents")
+      JSON.parse(stdout)
     end
 
-    def micros(nanoseconds)
-      BigDecimal(nanoseconds) / 1000
+    # Microseconds from time 0 (the first call's start here, `first`
+    # nanoseconds after the epoch), as a viewer reads them.
+    def micros(nanoseconds, first: 1_000_000 - 2_500_001)
+      (nanoseconds - first) / 1000.0
+    end
+
+    def expect_exact_step(value)
+      # A whole number of 1/1024 µs: what a double holds exactly.
+      expect((value * 1024) % 1).to eq(0), "#{value} is not a step"
     end
 
     let(:records) do
@@ -196,31 +203,41 @@ RSpec.describe "static-tracing report" do
                                 record(stack, ["main;work"], time: 9_500_000, tid: 8)]
     end
 
-    it "is Trace Event Format JSON: every event has the fields its phase requires" do
+    it "is Trace Event Format JSON: an array of events, each with the fields its phase requires" do
       result = cli("report", "--format", "chrome", trace("a.trace", records),
                    trace("b.trace", calls([1]), header: { pid: 9 }))
       expect(result).to have_attributes(exitstatus: 0, stderr: "")
       events = events(result.stdout)
       expect(events).to all(include("name", "ph", "ts", "pid", "tid"))
-      # Three calls, and the stack's two frames as a timeline.
-      expect(events.group_by { |event| event["ph"] }.transform_values(&:size)).to eq("M" => 2, "X" => 5, "i" => 2)
+      # Three calls, the stack's two frames as a timeline, and each track's
+      # CPU profile (a Profile and a ProfileChunk event each).
+      expect(events.group_by { |event| event["ph"] }.transform_values(&:size))
+        .to eq("M" => 2, "X" => 5, "i" => 2, "P" => 6)
       expect(events.select { |event| event["ph"] == "X" }).to all(include("dur"))
       expect(events.select { |event| event["ph"] == "i" }).to all(include("s" => "t"))
+      expect(events.select { |event| event["ph"] == "P" }).to all(include("id", "args"))
+      # The wall-clock time of time 0: the earliest thing the files show,
+      # here the first call's start (its end less its latency).
+      origin = epoch + 1_000_000 - 2_500_001
       expect(events.select { |event| event["ph"] == "M" }.map { |event| [event["name"], event["pid"], event["args"]] })
-        .to eq([["process_name", 4321, { "name" => "ruby 4321" }], ["process_name", 9, { "name" => "ruby 9" }]])
+        .to eq([["process_name", 4321, { "name" => "ruby 4321", "time_origin" => "2023-11-14T22:13:19.998499999Z",
+                                         "time_origin_ns" => origin.to_s }],
+                ["process_name", 9, { "name" => "ruby 9", "time_origin" => "2023-11-14T22:13:19.998499999Z",
+                                      "time_origin_ns" => origin.to_s }]])
     end
 
-    it "starts a call's complete event at its end less its latency, in microseconds to the nanosecond" do
+    it "starts a call's complete event at its end less its latency, in exact steps within a nanosecond" do
       events = events(cli("report", "--format", "chrome", trace("a.trace", records)).stdout)
       calls = events.select { |event| event["ph"] == "X" && event["cat"] != "stack" }
-      expect(calls.map { |event| [event["name"], event["cat"], event["ts"], event["dur"], event["tid"]] }).to eq(
-        [
-          ["my_controller:index", "my_controller", micros(epoch + 1_000_000 - 2_500_001), micros(2_500_001), 7],
-          # A negative latency lasts nothing.
-          ["my_controller:index", "my_controller", micros(epoch + 1_001_000), 0, 7]
-        ]
-      )
-      expect(calls.first["ts"].to_s("F")).to eq("1699999999998499.999")
+      expect(calls.map { |event| [event["name"], event["cat"], event["tid"], event["args"]] })
+        .to eq([["my_controller:index", "my_controller", 7, nil]] * 2)
+      # The first call starts at the first record; the second, whose latency
+      # is negative, lasts nothing.
+      expect(calls[0]["ts"]).to eq(0)
+      expect(calls[1]["ts"]).to be_within(0.0005).of(micros(1_001_000))
+      expect(calls[0]["dur"]).to be_within(0.001).of(2500.001)
+      expect(calls[1]["dur"]).to eq(0)
+      calls.each { |event| [event["ts"], event["dur"]].each { |value| expect_exact_step(value) } }
     end
 
     it "makes a timeline of the stacks: a complete event per frame, until the thread's next stack or the last record" do
@@ -229,8 +246,10 @@ RSpec.describe "static-tracing report" do
       events = events(cli("report", "--format", "chrome", trace("a.trace", stacks)).stdout)
       frames = events.select { |event| event["cat"] == "stack" }
       expect(frames).to all(include("ph" => "X", "tid" => 7, "pid" => 4321))
-      expect(frames.map { |event| [event["name"], event["ts"] - micros(epoch), event["dur"]] }).to eq(
-        [["b", 1, 2], ["c", 3, 1], ["a", 1, 3], ["main", 1, 9]]
+      # In preorder (as viewers nest them), in microseconds from the first
+      # record, a whole number of them here.
+      expect(frames.map { |event| [event["name"], event["ts"], event["dur"]] }).to eq(
+        [["main", 0, 9], ["a", 0, 3], ["b", 0, 2], ["c", 2, 1]]
       )
     end
 
@@ -247,13 +266,13 @@ RSpec.describe "static-tracing report" do
     it "makes an instant event of a record of any other probe, with its arguments" do
       events = events(cli("report", "--format", "chrome", trace("a.trace", records)).stdout)
       instants = events.select { |event| event["ph"] == "i" }
-      expect(instants.map { |event| [event["name"], event["ts"], event["tid"], event["args"]] }).to eq(
-        [
-          ["app:hits", micros(epoch + 9_000_123), 8,
-           { "arg0" => "a \"quoted\"\nline", "arg1" => -(2**63), "arg2" => "NaN" }],
-          ["my_controller_stack:index", micros(epoch + 9_500_000), 8, { "arg0" => "main;work" }]
-        ]
+      expect(instants.map { |event| [event["name"], event["tid"], event["args"]] }).to eq(
+        [["app:hits", 8, { "arg0" => "a \"quoted\"\nline", "arg1" => -(2**63), "arg2" => "NaN" }],
+         ["my_controller_stack:index", 8, { "arg0" => "main;work" }]]
       )
+      expect(instants[0]["ts"]).to be_within(0.0005).of(micros(9_000_123))
+      expect(instants[1]["ts"]).to be_within(0.0005).of(micros(9_500_000))
+      instants.each { |event| expect_exact_step(event["ts"]) }
     end
   end
 
@@ -266,6 +285,12 @@ RSpec.describe "static-tracing report" do
       expect(result).to have_attributes(exitstatus: 0, stderr: "")
       # A line break in a stack would break the line: it shows as "?".
       expect(result.stdout).to eq("bad?line;x 1\nmain;a 2\nmain;a;b 2\n")
+    end
+
+    it "writes a leaf frame ending in a space and a number so that it cannot read as a differential count" do
+      records = [record(stack, ["<main>;worker 7"], time: 1), record(stack, ["<main>;worker 7"], time: 2)]
+      result = cli("report", "--format", "folded", trace("a.trace", records))
+      expect(result).to have_attributes(exitstatus: 0, stdout: "<main>;worker_7 2\n")
     end
 
     it "says clearly that there is nothing to fold when no probe has a stack argument" do
@@ -281,6 +306,41 @@ RSpec.describe "static-tracing report" do
 
   describe "-o OUTPUT" do
     let(:output) { File.join(dir, "report.txt") }
+
+    # The report written to a terminal (its stdout says it is one).
+    def report_to_terminal(*args)
+      terminal = StringIO.new.tap { |io| io.define_singleton_method(:tty?) { true } }
+      err = StringIO.new
+      status = StaticTracing::CLI.run(["report", *args], out: terminal, err:, env: ENV)
+      [status, terminal.string, err.string]
+    end
+
+    it "refuses to write pprof's gzip to a terminal unless -o names a file, and takes -o - for stdout" do
+      path = trace("a.trace", calls([1000]))
+      expect(report_to_terminal("--format", "pprof", path)).to eq(
+        [2, "", "static-tracing report: --format pprof is binary (gzip): name a file with -o FILE, or pipe it " \
+                "(-o - writes it to the terminal anyway) (see static-tracing report --help)\n"]
+      )
+      status, written, = report_to_terminal("--format", "pprof", "-o", "-", path)
+      expect([status, Zlib.gunzip(written)]).to match([0, include("my_controller:index")])
+      # Text formats go to a terminal as they are; -o - is stdout for any.
+      expect(report_to_terminal("--format", "folded", "-o", "-", trace("b.trace", [record(stack, ["main"], time: 1)])))
+        .to eq([0, "main 1\n", ""])
+      expect(Dir.children(dir)).not_to include("-")
+    end
+
+    it "refuses to overwrite a file it reads" do
+      path = trace("a.trace", calls([1000]))
+      link = File.join(dir, "link.trace")
+      File.link(path, link)
+      [path, link].each do |target|
+        result = cli("report", path, "-o", target)
+        expect(result).to have_attributes(exitstatus: 2, stdout: "")
+        expect(result.stderr).to eq("static-tracing report: -o #{target} is #{path}, a file this report reads: name " \
+                                    "another output (see static-tracing report --help)\n")
+      end
+      expect(trace_file.read(path).records.size).to eq(1)
+    end
 
     it "writes the report to OUTPUT instead of stdout" do
       result = cli("report", "-o", output, trace("a.trace", calls([1000])))
@@ -394,9 +454,62 @@ RSpec.describe "static-tracing report" do
       expect(result).to have_attributes(exitstatus: 1, stdout: "")
       expect(result.stderr).to start_with("static-tracing: no stack probes in ")
     end
+
+    it "folded and svg say there are no stacks when the stack probe recorded none, and leave -o alone" do
+      path = trace("a.trace", calls([1]))
+      output = File.join(dir, "flame.svg")
+      File.write(output, "before")
+      %w[folded svg].each do |format|
+        result = cli("report", "--format", format, path, "-o", output)
+        expect(result).to have_attributes(exitstatus: 1, stdout: "")
+        expect(result.stderr).to eq(
+          "static-tracing: no stacks in #{path}: the stack probes (my_controller_stack:index) recorded none " \
+          "(or none that --probe, --since and --until keep), so there is nothing to fold\n"
+        )
+        expect(File.read(output)).to eq("before")
+      end
+    end
+
+    it "labels the flame graph's root bar, and draws a stack cut at its root as a tower of its own" do
+      stacks = [record(stack, ["[truncated];Integer#times;App#work"], time: 1),
+                record(stack, ["<main>;Integer#times;App#work"], time: 2)]
+      svg = cli("report", "--format", "svg", trace("a.trace", stacks)).stdout
+      root = "all \\(2 calls, 100%\\)"
+      expect(svg).to match(%r{<title>#{root}</title><rect [^>]*/><text [^>]*>#{root}</text>})
+      expect(svg).to include("<title>[truncated] (1 calls, 50.00%)</title>",
+                             "<title>&lt;main&gt; (1 calls, 50.00%)</title>")
+    end
   end
 
   describe "--probe, --since and --until" do
+    it "refuses a probe pattern that names no probe of the files, saying which probes there are" do
+      path = trace("a.trace", calls([1000]))
+      result = cli("report", path, "--probe", "my_controller", "--probe", "nosuch:*")
+      expect(result).to have_attributes(exitstatus: 1, stdout: "")
+      expect(result.stderr).to eq("static-tracing: --probe nosuch:* names no probe of #{path}; their probes: " \
+                                  "my_controller:index, app:hits, my_controller_stack:index\n")
+    end
+
+    it "refuses times and durations a trace's clock cannot hold, in one line" do
+      path = trace("a.trace", calls([1000]))
+      [["--until", "9999-12-31T23:59:59Z", "is outside the times a trace's clock can hold (1677-09-21T00:12:43Z " \
+                                           "to 2262-04-11T23:47:16Z)"],
+       ["--since", "1500-01-01T00:00:00Z", "is outside the times a trace's clock can hold (1677-09-21T00:12:43Z " \
+                                           "to 2262-04-11T23:47:16Z)"],
+       ["--since", "99999999999s", "is longer than a trace's clock can hold (292 years)"]].each do |option, time, why|
+        result = cli("report", path, option, time)
+        expect(result).to have_attributes(exitstatus: 2, stdout: "")
+        expect(result.stderr).to eq("static-tracing report: #{option} #{time} #{why} (see static-tracing report " \
+                                    "--help)\n")
+      end
+    end
+
+    it "takes rbspy's names of the flame graph formats" do
+      path = trace("a.trace", [record(stack, ["main;a"], time: 1)])
+      expect(cli("report", path, "--format", "collapsed").stdout).to eq("main;a 1\n")
+      expect(cli("report", path, "--format", "flamegraph").stdout).to start_with("<?xml")
+    end
+
     let(:records) do
       calls([1000] * 5) + [record(hits, ["x", 1, 0.5], time: 3_000_000), record(stack, ["main"], time: 9_000_000)]
     end

@@ -171,10 +171,10 @@ RSpec.describe "static-tracing enable, disable and toggle" do
       process = child
       File.delete(process.evaluate("StaticTracing::State.path"))
       expect_refusal(run_cli("enable", process.pid),
-                     "process #{process.pid} has published no tracing state",
-                     "no #{StubNames.state_file(process.pid)} in ",
+                     "process #{process.pid} has loaded static_tracing but published no tracing state",
+                     "no #{StubNames.state_file(process.pid)} owned by its user in ",
                      "/tmp/static_tracing-#{Process.euid} (default)", "nothing was sent",
-                     "It has loaded static_tracing, but has not published its state")
+                     "Check its stderr")
       expect_untouched(process, enabled: false)
     end
 
@@ -182,8 +182,9 @@ RSpec.describe "static-tracing enable, disable and toggle" do
       process = E2E::Child.new(RbConfig.ruby, "-e", "$stdout.sync = true; puts 'READY'; $stdin.gets")
       started_processes << process
       process.wait_for(/^READY$/)
-      expect_refusal(run_cli("toggle", process.pid), "has published no tracing state",
-                     "It has not loaded the static_tracing gem (no static_tracing.so in /proc/#{process.pid}/maps)")
+      expect_refusal(run_cli("toggle", process.pid),
+                     "process #{process.pid} has not loaded the static_tracing gem (no static_tracing.so in " \
+                     "/proc/#{process.pid}/maps): require \"static_tracing\" in it first; nothing was sent")
       expect(process).to be_alive
     end
 

@@ -152,6 +152,37 @@ RSpec.describe "Report formats, as the programs that open them read them", :subp
     expect(latency).to match(/^\s*#{shown}ns .*formats_app:show$/)
   end
 
+  it "pprof: go tool pprof and speedscope open the same sample type, and keep every character of a frame's name" do
+    go = E2E.which("go") || "/usr/lib/go/bin/go"
+    require_program!(go, :pprof)
+    node = E2E.which("node")
+    bundle = Dir[File.join(File.dirname(ReportFormats::SPEEDSCOPE_SCHEMA), "speedscope-*.js")].first
+    require_program!(node || "node", :speedscope)
+    require_program!(bundle || ReportFormats::SPEEDSCOPE_SCHEMA.sub("file-format-schema.json", "speedscope-*.js"),
+                     :speedscope)
+    # A profile of stacks alone: no call has a latency.
+    path = report_to_file("pprof", "--probe", "formats_stacks_stack")
+    top, status = Open3.capture2e(go, "tool", "pprof", "-top", path)
+    expect(status).to be_success, top
+    expect(top).to include("Type: calls")
+    names = recorded_stacks.flatten.uniq
+    expect(names).to include(a_string_including("<main>"))
+    names.each { |name| expect(top).to match(/ #{Regexp.quote(name)}$/) }
+
+    out, err, status = Open3.capture3(node, File.join(E2E::ROOT, "spec", "support", "speedscope_import.js"),
+                                      bundle, path)
+    expect(status).to be_success, err
+    document = JSON.parse(out)
+    expect(document).to include("importer" => "Importing as protobuf encoded pprof file", "warnings" => [])
+    expect(document["profiles"].size).to eq(1)
+    profile = document["profiles"].first
+    # Counts, not nanoseconds: the calls, as go tool pprof shows them.
+    expect(profile["unit"]).to eq("none")
+    leaf = profile["calls"].select { |frame, _, _| frame == "FormatsStacks#leaf" }.sum { |_, start, stop| stop - start }
+    expect(leaf).to eq(ReportFormats::CALLS["formats_stacks_stack:leaf"])
+    expect(profile["calls"].map(&:first).uniq).to match_array(names)
+  end
+
   it "svg: well-formed XML that names every frame of every recorded stack" do
     svg = File.read(report_to_file("svg"))
     document = REXML::Document.new(svg)
@@ -165,21 +196,25 @@ RSpec.describe "Report formats, as the programs that open them read them", :subp
 
   it "chrome: names each thread as its process named it" do
     document = JSON.parse(report("--format", "chrome"))
-    names = document["traceEvents"].select { |event| event["name"] == "thread_name" }
+    names = document.select { |event| event["name"] == "thread_name" }
     worker = records.find { |record| record.probe.label == "formats_app:index" && record.tid != read_trace(trace).pid }
     expect(names).to include(include("ph" => "M", "tid" => worker.tid, "args" => { "name" => "formats-worker" }))
-    expect(names.map { |event| event["tid"] }).to match_array(records.map(&:tid).uniq)
+    threads, tracks = names.partition { |event| event["tid"] < 2**31 }
+    expect(threads.map { |event| event["tid"] }).to match_array(records.map(&:tid).uniq)
+    # The main thread's stacks, which a recording takes at points in time,
+    # are on a track of their own beside its calls.
+    main = threads.find { |event| event["tid"] == read_trace(trace).pid }
+    expect(tracks.map { |event| event["args"]["name"] }).to eq(["#{main["args"]["name"]} stacks"])
   end
 
   it "chrome: a recording of stacks alone is a timeline of complete events, one per frame run" do
     document = JSON.parse(report("--format", "chrome", "--probe", "formats_stacks_stack"))
-    complete = document["traceEvents"].select { |event| event["ph"] == "X" }
+    complete = document.select { |event| event["ph"] == "X" }
     expect(complete).not_to be_empty
     expect(complete.map { |event| event["cat"] }.uniq).to eq(["stack"])
     expect(complete.map { |event| event["name"] }.uniq).to match_array(recorded_stacks.flatten.uniq)
-    # The last stack's frames last until the last record (within what a
-    # double holds of microseconds since the epoch).
-    last = document["traceEvents"].filter_map { |event| event["ts"] if event["ph"] == "i" }.max
-    expect(complete.map { |event| event["ts"] + event["dur"] }.max).to be_within(1).of(last)
+    # The last stack's frames last until the last record.
+    last = document.filter_map { |event| event["ts"] if event["ph"] == "i" }.max
+    expect(complete.map { |event| event["ts"] + event["dur"] }.max).to eq(last)
   end
 end

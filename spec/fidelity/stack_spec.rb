@@ -21,4 +21,17 @@ RSpec.describe "Folded stacks" do
     expect(status).to be_success, out
     expect(out.lines.last.chomp).to eq("<main>;App#call;leaf")
   end
+
+  it "keep the innermost frames that fit, under a root that says the stack was cut" do
+    whole = StaticTracing::Native.folded_stack("leaf", 1, 100_000)
+    frames = whole.split(";")
+    # Room for the marker, the leaf and its caller's frame, not one more.
+    room = "[truncated];".bytesize + frames.last(2).join(";").bytesize
+    cut = StaticTracing::Native.folded_stack("leaf", 1, room + 1)
+    expect(cut).to eq("[truncated];#{frames.last(2).join(";")}")
+    # No room for the marker beside the leaf: the leaf alone.
+    expect(StaticTracing::Native.folded_stack("leaf", 1, 6)).to eq("leaf")
+    # A stack that fits is whole, with no marker.
+    expect(StaticTracing::Native.folded_stack("leaf", 1, whole.bytesize)).to eq(whole)
+  end
 end

@@ -60,8 +60,37 @@ RSpec.describe "Recording a live process with static-tracing", :subprocess do
       result = run_cli("record", app.pid, "--seconds", "0.5", "-o", trace, timeout: 30)
       expect(result.exitstatus).to eq(0), result.stderr
       expect(result.stdout).to start_with("Wrote ")
+      # Not a terminal: no progress line.
+      expect(result.stderr).not_to include("records read")
       expect(recorded_calls(read_trace(trace)).keys).to eq(["rec_app:index"])
       expect(eventually("the recording to stop") { recorder_status.nil? }).to be(true)
+    end
+
+    it "shows a terminal the time recorded and the records read and lost as it goes, then clears the line" do
+      require "pty"
+      trace = File.join(dir, "progress.trace")
+      app.evaluate("Thread.new { loop { run(10); sleep 0.01 } }; nil")
+      output = +""
+      PTY.spawn(RbConfig.ruby, E2E::Recording::EXE, "record", app.pid.to_s, "--seconds", "1.5", "-o",
+                trace) do |r, _, pid|
+        deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30
+        begin
+          while (left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)).positive? && r.wait_readable(left)
+            output << r.readpartial(4096)
+          end
+        rescue EOFError, Errno::EIO
+          # The command exited: its terminal is closed.
+        end
+        Process.kill("KILL", pid) unless Process.wait(pid, Process::WNOHANG)
+      end
+      lines = output.split(/\r\e\[K|\r?\n/)
+      progress = lines.grep(/records read/)
+      expect(progress).not_to be_empty, output
+      expect(progress).to all(match(/\A\d+\.\ds: \d+ records read, none lost\z/))
+      read = progress.map { |line| line[/(\d+) records/, 1].to_i }
+      expect(read).to eq(read.sort)
+      # Cleared before the report: the line after the last progress is "Wrote ...".
+      expect(output).to match(/records read, none lost\r\e\[KWrote /)
     end
 
     it "reads a ring whose process was killed with SIGKILL while recording, to its last record" do
@@ -129,7 +158,9 @@ RSpec.describe "Recording a live process with static-tracing", :subprocess do
       started_processes << sleeper
       result = run_cli("record", sleeper.pid)
       expect(result).to have_attributes(exitstatus: 1, stdout: "")
-      expect(result.stderr).to start_with("static-tracing: process #{sleeper.pid} has published no tracing state")
+      expect(result.stderr).to eq("static-tracing: process #{sleeper.pid} has not loaded the static_tracing gem " \
+                                  "(no static_tracing.so in /proc/#{sleeper.pid}/maps): require \"static_tracing\" " \
+                                  "in it first\n")
     end
   end
 
@@ -197,9 +228,10 @@ RSpec.describe "Recording a live process with static-tracing", :subprocess do
 
       result = run_cli("report", "--format", "chrome", trace)
       expect(result.exitstatus).to eq(0), result.stderr
-      events = JSON.parse(result.stdout).fetch("traceEvents")
-      # Metadata: the process's name, and its thread's, which record read.
-      expect(events.map { |event| event["ph"] }.tally).to eq("M" => 2, "X" => 20, "i" => 1)
+      events = JSON.parse(result.stdout)
+      # Metadata: the process's name, and its thread's, which record read;
+      # the thread's calls as a CPU profile too (a Profile and a chunk).
+      expect(events.map { |event| event["ph"] }.tally).to eq("M" => 2, "X" => 20, "i" => 1, "P" => 2)
       events.each do |event|
         expect(event.keys).to include("name", "ph", "ts", "pid", "tid")
         expect(event["pid"]).to eq(app.pid)

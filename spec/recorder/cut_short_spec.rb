@@ -108,7 +108,7 @@ RSpec.describe "A recording that ends early", :subprocess do
       expect(status.exitstatus).to eq(1), command.output
       expect(command.output).to match(wrote_line(40, trace, "cut short"))
       expect(command.output).to include("process #{app.pid} stopped it: a request stopped it (static-tracing " \
-                                        "record PID --stop, or the command that started it)")
+                                        "record #{app.pid} --stop, or the command that started it)")
       expect(recorded_calls(read_trace(trace))).to eq("cut_app:index" => 40)
     end
   end

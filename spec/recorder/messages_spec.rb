@@ -24,14 +24,16 @@ RSpec.describe "What is said of a recording", :subprocess do
 
   after { FileUtils.rm_rf(dir) }
 
-  it "list, on a process that records with tracing off, says it records without a provider loaded" do
+  it "list, on a process that records with tracing off, lists no provider and says it records all the same" do
     app.evaluate("StaticTracing::Recorder.start(flight: true, size: '64K'); nil")
     result = run_cli("list", app.pid)
 
-    expect(result).to have_attributes(exitstatus: 1, stdout: "")
-    expect(result.stderr).to start_with("static-tracing: process #{app.pid} has no static_tracing providers loaded")
-    expect(result.stderr).to end_with(". It records 1 probe (flight) all the same: the recorder needs no provider " \
-                                      "loaded, and none is for a tracer (mode signal (SIGTRAP), tracing disabled)\n")
+    expect(result).to have_attributes(exitstatus: 0, stderr: "")
+    summary, why = result.stdout.lines
+    expect(summary).to start_with("PID #{app.pid}: 0 providers, 0 probes, 0 attached; mode signal (SIGTRAP), " \
+                                  "tracing disabled, recording")
+    expect(why).to start_with("No providers loaded: providers load on demand")
+      .and end_with("(SIGTRAP unless configured otherwise: kill -TRAP #{app.pid}).\n")
   ensure
     app.evaluate("StaticTracing::Recorder.stop")
   end
@@ -44,8 +46,8 @@ RSpec.describe "What is said of a recording", :subprocess do
     expect(result).to have_attributes(exitstatus: 1, stdout: "")
     expect(result.stderr).to eq(
       "static-tracing: process #{app.pid} is not recording (its last recording ended: a request stopped it " \
-      "(static-tracing record PID --stop, or the command that started it)); dump writes what a flight recording " \
-      "holds: start one with static-tracing record #{app.pid} --flight\n"
+      "(static-tracing record #{app.pid} --stop, or the command that started it)); dump writes what a flight " \
+      "recording holds: start one with static-tracing record #{app.pid} --flight\n"
     )
     expect(Dir.children(dir)).to be_empty
   end

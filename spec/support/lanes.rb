@@ -43,6 +43,10 @@ module Lanes
               why: "the formats are written by the Rust reader, the same under every Ruby, and checked by go tool " \
                    "pprof, speedscope's schema and an SVG parser, which bin/setup installs for the main lane " \
                    "only; the command that reads the files runs under every Ruby in spec/cli/report_spec.rb"),
+    Entry.new(file: "spec/e2e/speedscope_import_spec.rb",
+              why: "the Chrome JSON is written by the Rust reader, the same under every Ruby, and read by " \
+                   "speedscope's importer under Node.js, which bin/setup installs for the main lane only; the " \
+                   "command that writes it runs under every Ruby in spec/cli/report_spec.rb"),
     Entry.new(file: "spec/e2e/prometheus_spec.rb",
               why: "a Prometheus server scraping export over unicorn workers: the counts and histograms are the " \
                    "Rust reader's, the same under every Ruby, and Prometheus is installed for the main lane only; " \

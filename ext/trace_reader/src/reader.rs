@@ -73,8 +73,8 @@ impl Traces {
             since: since.map(|bound| bound_of(ruby, bound)).transpose()?,
             until: until.map(|bound| bound_of(ruby, bound)).transpose()?,
         };
-        select::select(&mut rb_self.traces.borrow_mut(), &selection);
-        Ok(())
+        select::select(&mut rb_self.traces.borrow_mut(), &selection)
+            .map_err(|message| cli_error(ruby, message))
     }
 
     /// `check(format)`: raises what `report` would refuse, before any

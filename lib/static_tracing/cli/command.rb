@@ -45,6 +45,7 @@ module StaticTracing
 
       def run(argv)
         args = parser.parse(argv)
+        args.unshift(@pid_option) if @pid_option
         return show(parser.help) if @help
         return show("#{PROGRAM} #{VERSION}\n") if @version
 
@@ -61,6 +62,7 @@ module StaticTracing
           parser.separator("")
           parser.separator("Options:")
           define_options(parser)
+          define_pid_option(parser) if self.class.arguments.start_with?("PID")
           parser.on("-h", "--help", "Show this help") { @help = true }
           # Also keeps OptionParser's own --version, which exits, out of the way.
           parser.on("--version", "Show the version") { @version = true }
@@ -71,6 +73,15 @@ module StaticTracing
 
       def define_options(_parser); end
 
+      # rbspy's and py-spy's way of naming the process, taken as well.
+      def define_pid_option(parser)
+        parser.on("--pid PID", "The process, as rbspy and py-spy name it: the same as PID") do |pid|
+          raise UsageError, "--pid given twice: #{@pid_option} and #{pid}" if @pid_option
+
+          @pid_option = pid
+        end
+      end
+
       def show(text)
         out.print(text)
         0
@@ -80,24 +91,30 @@ module StaticTracing
         raise NotImplementedError, "#{self.class} must implement #execute"
       end
 
-      # The process +pid+, which must have stubs loaded.
-      def loaded_target(pid)
+      # The process +pid+, which must have stubs loaded (or, if +empty+, at
+      # least the gem).
+      def loaded_target(pid, empty: false)
         target = Target.new(pid)
         target.ignored.each do |ignored|
           err.puts("#{PROGRAM}: ignored #{ignored.mapping}: #{ignored.reason}")
         end
         return target unless target.stubs.empty?
+        return target if empty && target.extension_loaded?
 
         raise Error, no_stubs_message(target)
+      end
+
+      # Why a process that loaded the gem has no provider loaded.
+      def no_providers_reason(pid, recording: true)
+        "providers load on demand (Provider#load, or as tracepoints are declared in ON mode) or, in SIGNAL mode " \
+          "(the default), after the process receives the configured signal (SIGTRAP unless configured otherwise: " \
+          "kill -TRAP #{pid})#{recording_without_providers(pid) if recording}"
       end
 
       def no_stubs_message(target)
         pid = target.pid
         if target.extension_loaded?
-          "process #{pid} has no static_tracing providers loaded: providers load on demand " \
-            "(Provider#load, or as tracepoints are declared in ON mode) or, in SIGNAL mode (the default), " \
-            "after the process receives the configured signal (SIGTRAP unless configured otherwise: " \
-            "kill -TRAP #{pid})#{recording_without_providers(pid)}"
+          "process #{pid} has no static_tracing providers loaded: #{no_providers_reason(pid)}"
         else
           "process #{pid} has no static_tracing probes: it has not loaded the static_tracing gem " \
             "(no #{Target::EXTENSION} in /proc/#{pid}/maps); require it in that process first"

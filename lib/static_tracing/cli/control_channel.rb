@@ -7,6 +7,7 @@ require_relative "../ring_locator"
 require_relative "../trace_reader_library"
 require_relative "process_state"
 require_relative "private_file"
+require_relative "target"
 
 module StaticTracing
   module CLI
@@ -257,9 +258,19 @@ module StaticTracing
       end
 
       def missing_message
-        "process #{pid} has published no tracing state that can be trusted (looked in " \
-          "#{process.candidates.map(&:dir).join(", ")}#{process.rejected.map { |file| "; #{file}" }.join}): " \
-          "it has not loaded static_tracing, or cannot write to any stub directory (see its stderr)"
+        loaded = begin
+          Target.new(pid).extension_loaded?
+        rescue Error
+          true
+        end
+        unless loaded
+          return "process #{pid} has not loaded the static_tracing gem (no #{Target::EXTENSION} in " \
+                 "/proc/#{pid}/maps): require \"static_tracing\" in it first"
+        end
+
+        "process #{pid} has loaded static_tracing but published no tracing state the command can use (looked " \
+          "in #{process.candidates.map(&:dir).join(", ")}#{process.rejected.map { |file| "; #{file}" }.join}): " \
+          "it cannot write to any stub directory (its stderr says why)"
       end
 
       def no_control_message

@@ -18,7 +18,7 @@ module StaticTracing
         err.puts("Process #{recorder.pid} keeps a flight recording (#{flight_probes(running)}): reading its ring" \
                  "#{@seconds ? " for #{format("%g", @seconds)}s" : ""} (Ctrl-C to stop); the trace holds every probe " \
                  "it records, and the flight recording goes on...")
-        recording.follow(seconds: @seconds)
+        recording.follow(seconds: @seconds, progress: (err if err.tty?))
         finish(recording, output)
       end
 

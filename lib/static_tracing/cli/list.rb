@@ -31,7 +31,9 @@ module StaticTracing
 
       def execute(args)
         pid = pid_argument(args)
-        target = loaded_target(pid)
+        # A process with the gem and no provider loaded yet (SIGNAL mode,
+        # tracing off) is listed as it is, with why.
+        target = loaded_target(pid, empty: true)
         states = target.probe_states
         @tracing = published_state(pid)
         @json ? out.puts(JSON.pretty_generate(document(pid, states))) : print_table(pid, target, states)
@@ -76,6 +78,10 @@ module StaticTracing
 
       def print_table(pid, target, states)
         out.puts(summary(pid, target, states))
+        target.stubs.empty? ? print_no_providers(pid) : print_probes(states)
+      end
+
+      def print_probes(states)
         header = columns
         rows = states.map { |state| row(state) }
         widths = [header, *rows].transpose.map { |column| column.map(&:size).max }
@@ -83,6 +89,11 @@ module StaticTracing
           print_stub(stub, [header, *pairs.map(&:last)], widths)
         end
         print_legend(states)
+      end
+
+      # What it records, if it does, the summary said.
+      def print_no_providers(pid)
+        out.puts("No providers loaded: #{no_providers_reason(pid, recording: false)}.")
       end
 
       def summary(pid, target, states)

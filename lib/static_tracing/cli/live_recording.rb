@@ -16,6 +16,8 @@ module StaticTracing
     class LiveRecording
       POLL_INTERVAL = 0.1
       CHECK_INTERVAL = 1.0
+      # How often the progress line is written again.
+      PROGRESS_INTERVAL = 0.5
 
       # Why following ended: :time (--seconds), :interrupt (Ctrl-C), :exited
       # (the process is gone) or :cut_short (the recording ended under the
@@ -43,12 +45,16 @@ module StaticTracing
       # is given, Ctrl-C (SIGINT) or SIGTERM: +interrupt+ is then called
       # instead, and following goes on. Then stops the recording (unless
       # it ended already) and reads what is left. +opened+ is called once
-      # the ring is open. Returns self.
-      def follow(seconds: nil, interrupt: nil, opened: nil)
+      # the ring is open. +progress+, a terminal, is shown the time
+      # recorded and the records read and lost so far on one line, as rbspy
+      # shows its own, cleared at the end. Returns self.
+      def follow(seconds: nil, interrupt: nil, opened: nil, progress: nil)
         recorder.open_ring(write: !@borrowed) do |ring|
           @reader = TraceFile::RingReader.new(ring, from_now: @borrowed)
+          @progress = progress
           opened&.call
           @ending = with_signals(interrupt) { poll(seconds && (CLI.monotonic + seconds)) }
+          clear_progress
           stop if %i[time interrupt].include?(ending.kind) && !@borrowed
           @finished = CLI.monotonic
           @status = final_status
@@ -99,6 +105,7 @@ module StaticTracing
         @checked = CLI.monotonic
         loop do
           reader.take
+          show_progress
           return Ending.new(:time) if deadline && CLI.monotonic >= deadline
           return Ending.new(:exited) unless recorder.alive?
 
@@ -109,6 +116,23 @@ module StaticTracing
         end
       rescue Interrupt
         Ending.new(:interrupt)
+      end
+
+      def show_progress
+        return unless @progress && (@shown.nil? || CLI.monotonic - @shown >= PROGRESS_INTERVAL)
+
+        @shown = CLI.monotonic
+        lost = reader.lost
+        @progress.print("\r\e[K#{format("%.1f", seconds)}s: #{reader.records_read} records read, " \
+                        "#{lost.zero? ? "none" : lost} lost")
+        @progress.flush
+      end
+
+      def clear_progress
+        return unless @progress && @shown
+
+        @progress.print("\r\e[K")
+        @progress.flush
       end
 
       # Every CHECK_INTERVAL: whether the recording ended under the

@@ -75,6 +75,7 @@ module StaticTracing
         @stop = false
         @wait_for_probes = false
         parser.on("--seconds N", "Record for N seconds (default: until Ctrl-C)") { |value| @seconds = seconds(value) }
+        parser.on("--duration N", "The same as --seconds N (rbspy's name)") { |value| @seconds = seconds(value) }
         parser.on("-o", "--output FILE", "Write the trace file to FILE") { |path| @output = path }
         RecordingOptions.define(parser, @values)
         parser.on("--wait-for-probes", "Accept patterns (and a --dump-when) that match no probe yet: record " \
@@ -248,7 +249,7 @@ module StaticTracing
         err.puts("Recording #{count(recording.status["armed"], "probe")} (#{patterns(settings)}) in process " \
                  "#{recorder.pid}#{@seconds ? " for #{format("%g", @seconds)}s" : ""} (Ctrl-C to stop)...")
         say_unrecorded(recording)
-        recording.follow(seconds: @seconds)
+        recording.follow(seconds: @seconds, progress: (err if err.tty?))
         finish(recording, output)
       end
     end

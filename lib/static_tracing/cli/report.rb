@@ -45,6 +45,8 @@ module StaticTracing
               TEXT
 
       FORMATS = %w[text json chrome speedscope pprof folded svg].freeze
+      # Other tools' names of the same formats (rbspy's, inferno's).
+      FORMAT_ALIASES = { "flamegraph" => "svg", "collapsed" => "folded" }.freeze
 
       private
 
@@ -53,15 +55,18 @@ module StaticTracing
         @output = nil
         @patterns = []
         @window = {}
-        parser.on("--format FORMAT", "#{FORMATS.first} (the default), #{FORMATS.drop(1).join(", ")}") do |format|
+        parser.on("--format FORMAT", "#{FORMATS.first} (the default), #{FORMATS.drop(1).join(", ")}; " \
+                                     "flamegraph is svg and collapsed is folded, as rbspy names them") do |format|
+          format = FORMAT_ALIASES.fetch(format, format)
           raise UsageError, "--format must be one of #{FORMATS.join(", ")}, got #{format.inspect}" unless
             FORMATS.include?(format)
 
           @format = format
         end
         define_selection_options(parser)
-        parser.on("-o", "--output OUTPUT", "Write the report to file OUTPUT instead of stdout") do |path|
-          @output = path
+        parser.on("-o", "--output OUTPUT", "Write the report to file OUTPUT instead of stdout (- is stdout)") do |path|
+          @output = path == "-" ? nil : path
+          @output_named = true
         end
       end
 
@@ -85,25 +90,69 @@ module StaticTracing
       def execute(args)
         raise UsageError, "missing FILE: name one or more trace files or rings" if args.empty?
 
+        refuse_binary_to_terminal
+        paths = once_each(args)
+        refuse_overwriting_input(paths)
         # Every file is read, and the report refuses what it cannot make
         # of them, before OUTPUT is opened: a failure leaves OUTPUT as it was.
-        traces = TraceFile.load(once_each(args))
+        traces = TraceFile.load(paths)
         traces.select(@patterns.uniq, @window[:since], @window[:until])
         traces.check(@format)
         writing { |destination| traces.report(@format, destination) }
         0
       end
 
+      # Formats that are not text, which a terminal would show as noise.
+      BINARY_FORMATS = %w[pprof].freeze
+
+      # A binary report goes to a terminal only when asked for with -o -.
+      def refuse_binary_to_terminal
+        return unless BINARY_FORMATS.include?(@format) && !@output_named && out.tty?
+
+        raise UsageError, "--format #{@format} is binary (gzip): name a file with -o FILE, or pipe it " \
+                          "(-o - writes it to the terminal anyway)"
+      end
+
+      # OUTPUT would be truncated before the files are read.
+      def refuse_overwriting_input(paths)
+        output = @output && file_identity(@output)
+        input = output && paths.find { |path| file_identity(path) == output }
+        raise UsageError, "-o #{@output} is #{input}, a file this report reads: name another output" if input
+      end
+
+      # The device and inode of the file at +path+, nil if there is none.
+      def file_identity(path)
+        stat = File.stat(path)
+        [stat.dev, stat.ino]
+      rescue SystemCallError
+        nil
+      end
+
+      # The times a trace's clock holds: nanoseconds in 64 bits.
+      NANOSECONDS = (-(2**63)..((2**63) - 1))
+
       # A window's bound as the reader takes it: ["after_first", ns] for a
       # duration, ["wall", ns since the epoch] for an ISO 8601 time.
       def bound(option, text)
-        return ["after_first", Durations.parse(text)] if Durations::PATTERN.match?(text)
+        if Durations::PATTERN.match?(text)
+          nanoseconds = Durations.parse(text)
+          return ["after_first", nanoseconds] if NANOSECONDS.cover?(nanoseconds)
 
-        time = Time.iso8601(text)
-        ["wall", (time.to_r * 1_000_000_000).round]
+          raise UsageError, "#{option} #{text} is longer than a trace's clock can hold (292 years)"
+        end
+
+        nanoseconds = (Time.iso8601(text).to_r * 1_000_000_000).round
+        return ["wall", nanoseconds] if NANOSECONDS.cover?(nanoseconds)
+
+        raise UsageError, "#{option} #{text} is outside the times a trace's clock can hold " \
+                          "(#{wall(NANOSECONDS.min)} to #{wall(NANOSECONDS.max)})"
       rescue ArgumentError
         raise UsageError, "#{option} takes a duration after the first record (10s, 250ms) or a wall-clock time in " \
                           "ISO 8601 (2026-11-27T10:15:00Z), got #{text.inspect}"
+      end
+
+      def wall(nanoseconds)
+        Time.at(nanoseconds.fdiv(1_000_000_000)).utc.strftime("%Y-%m-%dT%H:%M:%SZ")
       end
 
       # +paths+ without a second name of a file already named (the same

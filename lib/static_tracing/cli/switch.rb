@@ -121,22 +121,18 @@ module StaticTracing
 
       def missing_message(process)
         pid = process.pid
+        unless gem_loaded?(pid)
+          return "process #{pid} has not loaded the static_tracing gem (no #{Target::EXTENSION} in " \
+                 "/proc/#{pid}/maps): require \"static_tracing\" in it first; nothing was sent"
+        end
+
         looked = process.candidates.map { |candidate| "#{candidate.dir} (#{candidate.origin})" }.join(", ")
         rejected = process.rejected.map { |file| "; #{file}" }.join
-        "process #{pid} has published no tracing state that can be trusted (no #{process.file_name} in " \
-          "#{looked}, as process #{pid} sees them#{rejected}), so it is not known which signal it listens to; " \
-          "nothing was sent. #{missing_reason(pid)}"
-      end
-
-      def missing_reason(pid)
-        if gem_loaded?(pid)
-          "It has loaded static_tracing, but has not published its state there: check its stderr for " \
-            "\"cannot publish this process's tracing state\" (which says why each directory was skipped); or " \
-            "it changed STATIC_TRACING_DIR after it started, or runs a static_tracing older than #{VERSION}"
-        else
-          "It has not loaded the static_tracing gem (no #{Target::EXTENSION} in /proc/#{pid}/maps): " \
-            "require \"static_tracing\" in it first"
-        end
+        "process #{pid} has loaded static_tracing but published no tracing state the command can use (no " \
+          "#{process.file_name} owned by its user in #{looked}, as process #{pid} sees them#{rejected}), so it " \
+          "is not known which signal it listens to; nothing was sent. Check its stderr for \"cannot publish " \
+          "this process's tracing state\" (which says why each directory was skipped); or it changed " \
+          "STATIC_TRACING_DIR after it started, or runs a static_tracing older than #{VERSION}"
       end
 
       def gem_loaded?(pid)

@@ -1,6 +1,7 @@
 //! Argument types, and Ruby values turned into what a stub's registers hold.
 
 use super::errors::{argument_error, range_error, type_error};
+use super::frames::CUT_STACK_ROOT;
 use magnus::{
     rb_sys::AsRawValue, value::ReprValue, Error, Float, Integer, RArray, RClass, RString, Ruby,
     Symbol, TryConvert, Value,
@@ -252,24 +253,31 @@ pub struct RecordedArgs<'a> {
     len: usize,
 }
 
-impl RecordedArgs<'_> {
+impl<'a> RecordedArgs<'a> {
     /// A folded stack (root first) longer than the ring keeps is cut to
-    /// its end, from the start of a frame: its innermost frames are what a
-    /// flame graph needs, where any other String keeps its first bytes.
-    pub fn keep_stack_end(&mut self, index: usize) {
+    /// its end, from the start of a frame, and gets the root that says so
+    /// (`frames::CUT_STACK_ROOT`), written into `scratch`: its innermost
+    /// frames are what a flame graph needs, where any other String keeps
+    /// its first bytes.
+    pub fn keep_stack_end(&mut self, index: usize, scratch: &'a mut Vec<u8>) {
         let Some(Arg::Str(stack)) = self.args.get_mut(index) else {
             return;
         };
-        let keep = MAX_STRING as usize;
-        if stack.len() <= keep {
+        if stack.len() <= MAX_STRING as usize {
             return;
         }
+        let keep = MAX_STRING as usize - CUT_STACK_ROOT.len() - 1;
         let tail = &stack[stack.len() - keep..];
         let from = tail
             .iter()
             .position(|&byte| byte == b';')
             .map_or(0, |at| at + 1);
-        *stack = &tail[from..];
+        scratch.clear();
+        scratch.extend_from_slice(CUT_STACK_ROOT);
+        scratch.push(b';');
+        scratch.extend_from_slice(&tail[from..]);
+        let scratch: &'a Vec<u8> = scratch;
+        *stack = scratch;
     }
 }
 

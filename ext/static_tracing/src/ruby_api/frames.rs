@@ -16,10 +16,16 @@ const MAX_FRAMES: usize = 512;
 /// `warn(..., uplevel:)` skips wrapper frames, as it skips Ruby's own.
 pub const WRAPPER_FILE: &str = "<internal:static_tracing method wrapper>";
 
+/// The frame in place of the outer frames of a folded stack cut to fit:
+/// flame graphs then draw cut stacks as one tower of their own, not as
+/// false ones rooted at whatever inner frame a cut left first.
+pub const CUT_STACK_ROOT: &[u8] = b"[truncated]";
+
 /// The stack in folded form, root first: `<main>;Foo#bar;Baz#qux`, with
 /// `leaf` as the innermost frame in place of the `skip` innermost ones (this
 /// function's own), and without wrapper frames. Cut from the root side to
-/// `max_bytes`.
+/// `max_bytes`, with [`CUT_STACK_ROOT`] as its root when there is room for
+/// it beside the leaf.
 pub fn folded_stack(ruby: &Ruby, leaf: RString, skip: usize, max_bytes: usize) -> RString {
     let mut frames = [0 as VALUE; MAX_FRAMES];
     let mut lines = [0i32; MAX_FRAMES];
@@ -39,6 +45,8 @@ pub fn folded_stack(ruby: &Ruby, leaf: RString, skip: usize, max_bytes: usize) -
     // SAFETY: `leaf` is a live String argument; the bytes are copied at once.
     let mut kept: Vec<Vec<u8>> = vec![unsafe { leaf.as_slice() }.to_vec()];
     let mut size = kept[0].len();
+    // Frames past the deepest read are left out too.
+    let mut cut = count == MAX_FRAMES;
     for (&frame, &line) in frames.iter().zip(&lines).take(count).skip(skip) {
         if !is_application_frame(frame, line) {
             continue;
@@ -52,10 +60,22 @@ pub fn folded_stack(ruby: &Ruby, leaf: RString, skip: usize, max_bytes: usize) -
         // SAFETY: copied before any other Ruby call.
         let bytes = unsafe { label.as_slice() }.to_vec();
         if size + 1 + bytes.len() > max_bytes {
+            cut = true;
             break;
         }
         size += 1 + bytes.len();
         kept.push(bytes);
+    }
+    if cut {
+        let marked = |size: usize| size + 1 + CUT_STACK_ROOT.len();
+        while kept.len() > 1 && marked(size) > max_bytes {
+            let outermost = kept.pop().expect("more than the leaf");
+            size -= 1 + outermost.len();
+        }
+        if marked(size) <= max_bytes {
+            size = marked(size);
+            kept.push(CUT_STACK_ROOT.to_vec());
+        }
     }
     let mut folded = Vec::with_capacity(size);
     for (index, frame) in kept.iter().rev().enumerate() {

@@ -133,11 +133,13 @@ impl Tracepoint {
             if types == [ArgType::Int64] {
                 recording.record_integer(now, registers.values[0] as i64);
             } else {
+                // Where a cut stack is put together (allocated only then).
+                let mut cut_stack = Vec::new();
                 // SAFETY: the strings' bytes stay valid until `registers` is
                 // dropped, after the call (no Ruby code runs meanwhile).
                 let mut args = unsafe { registers.recorded(types) };
                 if let Some(stack) = rb_self.roles.stack() {
-                    args.keep_stack_end(stack);
+                    args.keep_stack_end(stack, &mut cut_stack);
                 }
                 recording.record(now, &args);
             }

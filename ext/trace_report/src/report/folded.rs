@@ -7,12 +7,32 @@ use stapsdt::ring::Arg;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
 
-/// Refuses `traces` that have no stack probe: there would be nothing to
-/// fold, and an empty flame graph says nothing of why.
+/// Refuses `traces` that have no stack probe, or no stack that a stack
+/// probe recorded: there would be nothing to fold, and an empty flame
+/// graph (or no line at all) says nothing of why.
 pub fn check(traces: &[Trace]) -> Result<(), String> {
     let probes = || traces.iter().flat_map(|trace| &trace.probes);
+    let names = || {
+        let names: Vec<&str> = traces.iter().map(|trace| trace.name.as_str()).collect();
+        names.join(", ")
+    };
     if probes().any(|probe| probe.stack_arg.is_some()) {
-        return Ok(());
+        if any_stack(traces) {
+            return Ok(());
+        }
+        let mut labels: Vec<String> = Vec::new();
+        for probe in probes().filter(|probe| probe.stack_arg.is_some()) {
+            let label = format!("{}:{}", probe.provider, probe.name);
+            if !labels.contains(&label) {
+                labels.push(label);
+            }
+        }
+        return Err(format!(
+            "no stacks in {}: the stack probes ({}) recorded none (or none that --probe, --since and \
+             --until keep), so there is nothing to fold",
+            names(),
+            labels.join(", ")
+        ));
     }
     let mut labels: Vec<String> = Vec::new();
     for probe in probes() {
@@ -21,7 +41,6 @@ pub fn check(traces: &[Trace]) -> Result<(), String> {
             labels.push(label);
         }
     }
-    let names: Vec<&str> = traces.iter().map(|trace| trace.name.as_str()).collect();
     let probes = if labels.is_empty() {
         "they have no probes".to_owned()
     } else {
@@ -30,8 +49,20 @@ pub fn check(traces: &[Trace]) -> Result<(), String> {
     Err(format!(
         "no stack probes in {} (probes with a stack argument, as StackTracer makes), so no stacks to \
          fold; {probes}",
-        names.join(", ")
+        names()
     ))
+}
+
+/// Whether a stack probe of `traces` recorded a stack with a frame.
+fn any_stack(traces: &[Trace]) -> bool {
+    traces.iter().any(|trace| {
+        trace.records.iter().any(|record| {
+            let probe = &trace.probes[record.probe as usize];
+            probe.stack_arg.is_some_and(|arg| {
+                matches!(record.arg(usize::from(arg)), Some(Arg::Str(stack)) if !stack.is_empty())
+            })
+        })
+    })
 }
 
 pub fn write(traces: &[Trace], out: &mut impl Write) -> io::Result<()> {
@@ -65,9 +96,30 @@ pub(super) fn counts(traces: &[Trace]) -> BTreeMap<String, u64> {
     counts.remove(&b""[..]);
     let mut clean: BTreeMap<String, u64> = BTreeMap::new();
     for (stack, count) in counts {
-        *clean.entry(cleaned(stack)).or_default() += count;
+        *clean.entry(count_apart(cleaned(stack))).or_default() += count;
     }
     clean
+}
+
+/// `stack` with its innermost frame's name changed if it ends in a space
+/// and a number (`worker 7`): flamegraph.pl and inferno would read that
+/// number and the count after it as a differential line's two counts. The
+/// spaces before the number become `_` (`worker_7`).
+fn count_apart(mut stack: String) -> String {
+    let leaf = stack.rfind(';').map_or(0, |at| at + 1);
+    let without_number = stack.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    let number = &stack[without_number.len()..];
+    if !number.starts_with(|c: char| c.is_ascii_digit()) {
+        return stack;
+    }
+    let before = without_number.trim_end_matches(char::is_whitespace);
+    if before.len() == without_number.len() || before.len() < leaf {
+        return stack;
+    }
+    let spaces = before.len()..without_number.len();
+    let underscores = "_".repeat(stack[spaces.clone()].chars().count());
+    stack.replace_range(spaces, &underscores);
+    stack
 }
 
 /// `stack` as one line of text: bytes that are not UTF-8 (each maximal
@@ -183,7 +235,39 @@ mod tests {
             trace("a.trace", vec![index_probe(0)], vec![]),
             trace("b.trace", vec![stack_probe(0)], vec![]),
         ];
-        assert_eq!(check(&traces), Ok(()));
+        // A stack probe that recorded nothing: refused as well.
+        assert_eq!(
+            check(&traces).unwrap_err(),
+            "no stacks in a.trace, b.trace: the stack probes (my_controller_stack:index) recorded \
+             none (or none that --probe, --since and --until keep), so there is nothing to fold"
+        );
         assert_eq!(folded(&traces), "");
+    }
+
+    #[test]
+    fn keeps_a_leaf_ending_in_a_number_from_reading_as_a_differential_count() {
+        let records = vec![
+            stack_record(b"main;worker 7", 1),
+            stack_record(b"main;worker 7", 2),
+            stack_record(b"main;sleep  1.5", 3),
+            stack_record(b"worker 7;run", 4),
+            stack_record(b"main;v2", 5),
+            stack_record(b"main; 7", 6),
+        ];
+        assert_eq!(
+            folded(&[trace("a.trace", standard_probes(), records)]),
+            "main;_7 1\nmain;sleep__1.5 1\nmain;v2 1\nmain;worker_7 2\nworker 7;run 1\n"
+        );
+    }
+
+    #[test]
+    fn refuses_files_whose_stack_probes_recorded_no_stack() {
+        let records = vec![stack_record(b"", 1), hits_record("x", 2)];
+        let refused = check(&[trace("a.trace", standard_probes(), records)]).unwrap_err();
+        assert_eq!(
+            refused,
+            "no stacks in a.trace: the stack probes (my_controller_stack:index) recorded none (or none \
+             that --probe, --since and --until keep), so there is nothing to fold"
+        );
     }
 }

@@ -1,6 +1,7 @@
-//! A gzipped profile.proto, as `go tool pprof`, Pyroscope and Parca read
-//! it. Two sample types: `calls` (count), the default, and `latency`
-//! (nanoseconds). A stack probe's record is a sample of its stack (leaf
+//! A gzipped profile.proto, as `go tool pprof`, Pyroscope, Parca and
+//! speedscope read it. Two sample types: `latency` (nanoseconds) and
+//! `calls` (count), the default: last, as speedscope takes the last type
+//! whatever the default, so that every viewer opens the same one. A stack probe's record is a sample of its stack (leaf
 //! first, as pprof orders locations) of one call; a latency probe's call
 //! is a sample of one frame, `provider:probe`, of one call and its
 //! duration. Every sample is labelled `probe` (its probe), `thread` (its
@@ -206,8 +207,8 @@ fn profile(traces: &[Trace], names: &ThreadNames) -> proto::Profile {
                 thread,
             };
             let values = samples.entry(key).or_default();
-            values[0] += 1;
-            values[1] = values[1].saturating_add(latency);
+            values[LATENCY] = values[LATENCY].saturating_add(latency);
+            values[CALLS] += 1;
         }
     }
     let calls = strings.intern("calls");
@@ -243,12 +244,12 @@ fn profile(traces: &[Trace], names: &ThreadNames) -> proto::Profile {
     proto::Profile {
         sample_type: vec![
             proto::ValueType {
-                r#type: calls,
-                unit: count,
-            },
-            proto::ValueType {
                 r#type: latency,
                 unit: nanoseconds,
+            },
+            proto::ValueType {
+                r#type: calls,
+                unit: count,
             },
         ],
         sample: samples
@@ -279,11 +280,14 @@ fn profile(traces: &[Trace], names: &ThreadNames) -> proto::Profile {
         function: frames
             .iter()
             .map(|(name, id)| {
-                let name = strings.intern(name);
+                // No system name: pprof takes a function whose name is
+                // its system name for an undemangled C++ one, and cuts
+                // `<main>` and `(2 levels)` out of Ruby's as if they were
+                // template parameters and arguments.
                 proto::Function {
                     id: *id,
-                    name,
-                    system_name: name,
+                    name: strings.intern(name),
+                    system_name: 0,
                 }
             })
             .collect(),
@@ -301,6 +305,10 @@ fn profile(traces: &[Trace], names: &ThreadNames) -> proto::Profile {
 }
 
 const MAPPING: u64 = 1;
+
+/// Where each sample type's value is in a sample.
+const LATENCY: usize = 0;
+const CALLS: usize = 1;
 
 fn saturate(value: i128) -> i64 {
     value.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
@@ -394,7 +402,7 @@ mod tests {
             .iter()
             .map(|t| (text(t.r#type), text(t.unit)))
             .collect();
-        assert_eq!(types, [("calls", "count"), ("latency", "nanoseconds")]);
+        assert_eq!(types, [("latency", "nanoseconds"), ("calls", "count")]);
         assert_eq!(text(profile.default_sample_type), "calls");
         assert_eq!(profile.time_nanos, EPOCH + 1_000_000);
         assert_eq!(profile.duration_nanos, 1_000_300);
@@ -413,18 +421,44 @@ mod tests {
                 (
                     vec!["a".to_owned(), "main".to_owned()],
                     labels("my_controller_stack:index"),
-                    vec![1, 0]
+                    vec![0, 1]
                 ),
                 (
                     vec!["b".to_owned(), "a".to_owned(), "main".to_owned()],
                     labels("my_controller_stack:index"),
-                    vec![2, 0]
+                    vec![0, 2]
                 ),
                 (
                     vec!["my_controller:index".to_owned()],
                     labels("my_controller:index"),
-                    vec![3, 4000]
+                    vec![4000, 3]
                 ),
+            ]
+        );
+    }
+
+    #[test]
+    fn keeps_every_character_of_a_frame_name_with_no_system_name() {
+        let records = vec![stack_record(
+            b"<main>;block (2 levels) in <main>;Foo#bar(x)",
+            1,
+        )];
+        let profile = decoded(&[trace("a.trace", standard_probes(), records)]);
+        let names: Vec<&str> = profile
+            .function
+            .iter()
+            .map(|function| {
+                assert_eq!(function.system_name, 0);
+                profile.string_table[function.name as usize].as_str()
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "my_controller:index",
+                "Foo#bar(x)",
+                "block (2 levels) in <main>",
+                "<main>"
             ]
         );
     }

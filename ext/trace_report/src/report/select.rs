@@ -37,9 +37,13 @@ impl Selection {
 /// Leaves in `traces` only the probes and records `selection` keeps. A
 /// latency probe's record is its call's end: a call is in the window if
 /// it ended in it.
-pub fn select(traces: &mut [Trace], selection: &Selection) {
+///
+/// Refuses a pattern that names no probe of the files (a typo would
+/// otherwise report nothing, silently), saying which probes there are.
+pub fn select(traces: &mut [Trace], selection: &Selection) -> Result<(), String> {
+    named_in(traces, &selection.patterns)?;
     if selection.is_everything() {
-        return;
+        return Ok(());
     }
     let first = traces
         .iter()
@@ -58,6 +62,34 @@ pub fn select(traces: &mut [Trace], selection: &Selection) {
     for trace in traces {
         narrow(trace, &selection.patterns, since, until);
     }
+    Ok(())
+}
+
+/// Refuses the first of `patterns` that names no probe of `traces`.
+fn named_in(traces: &[Trace], patterns: &[String]) -> Result<(), String> {
+    let mut labels: Vec<String> = Vec::new();
+    for probe in traces.iter().flat_map(|trace| &trace.probes) {
+        let label = format!("{}:{}", probe.provider, probe.name);
+        if !labels.contains(&label) {
+            labels.push(label);
+        }
+    }
+    let Some(pattern) = patterns
+        .iter()
+        .find(|pattern| !labels.iter().any(|label| glob(pattern, label)))
+    else {
+        return Ok(());
+    };
+    let names: Vec<&str> = traces.iter().map(|trace| trace.name.as_str()).collect();
+    let probes = if labels.is_empty() {
+        "they have no probes".to_owned()
+    } else {
+        format!("their probes: {}", labels.join(", "))
+    };
+    Err(format!(
+        "--probe {pattern} names no probe of {}; {probes}",
+        names.join(", ")
+    ))
 }
 
 fn narrow(trace: &mut Trace, patterns: &[String], since: i128, until: i128) {
@@ -173,7 +205,7 @@ mod tests {
             patterns: vec!["*_stack:*".to_owned(), "app:hits".to_owned()],
             ..Selection::default()
         };
-        select(&mut traces, &selection);
+        select(&mut traces, &selection).unwrap();
         assert_eq!(
             labels(&traces[0]),
             ["app:hits", "my_controller_stack:index"]
@@ -186,6 +218,33 @@ mod tests {
         assert_eq!(kept, [(1, 2_000_000), (0, 3_000_000)]);
         // 6 reserved, 4 read: 2 lost, before and after.
         assert_eq!(traces[0].lost(), 2);
+    }
+
+    #[test]
+    fn refuses_a_pattern_that_names_no_probe_saying_which_there_are() {
+        let mut traces = [
+            trace("a.trace", standard_probes(), vec![]),
+            trace("b.trace", vec![index_probe(0)], vec![]),
+        ];
+        let selection = |patterns: &[&str]| Selection {
+            patterns: patterns.iter().map(|&pattern| pattern.to_owned()).collect(),
+            ..Selection::default()
+        };
+        assert_eq!(
+            select(&mut traces, &selection(&["app:*", "nosuch:*"])),
+            Err(
+                "--probe nosuch:* names no probe of a.trace, b.trace; their probes: \
+                 my_controller:index, app:hits, my_controller_stack:index"
+                    .to_owned()
+            )
+        );
+        // Refused before anything is left out.
+        assert_eq!(traces[0].probes.len(), 3);
+        let mut empty = [trace("c.trace", vec![], vec![])];
+        assert_eq!(
+            select(&mut empty, &selection(&["app:*"])),
+            Err("--probe app:* names no probe of c.trace; they have no probes".to_owned())
+        );
     }
 
     #[test]
@@ -202,7 +261,8 @@ mod tests {
                     until,
                     ..Selection::default()
                 },
-            );
+            )
+            .unwrap();
             traces
                 .iter()
                 .map(|trace| trace.records.iter().map(|record| record.time_ns).collect())
