@@ -242,6 +242,20 @@ RSpec.describe "Method tracing" do
       expect(StaticTracing::StackTracer.max_bytes).to eq(200)
       expect { StaticTracing::StackTracer.max_bytes = 0 }.to raise_error(ArgumentError, /at least 1/)
     end
+
+    # A frame of a folded stack is the method's label; a class may define
+    # its own name and inspect, and a ";" there would split the frame.
+    it "labels a frame with the class's own name, whatever its name or inspect method says" do
+      klass = define_class(:MtSelfNamed) do
+        def self.name = "main;forged"
+        def self.inspect = "forged;too"
+        def self.to_s = "forged;three"
+      end
+      anonymous = Class.new { def self.name = "a;b" }
+      expect(StaticTracing::MethodTracing.method_label(klass, :index)).to eq("MtSelfNamed#index")
+      expect(StaticTracing::MethodTracing.method_label(klass.singleton_class, :index)).to eq("MtSelfNamed.index")
+      expect(StaticTracing::MethodTracing.method_label(anonymous, :go)).to match(/\A#<Class:0x\h+>#go\z/)
+    end
   end
 
   describe "StaticTracing.latency" do

@@ -3,6 +3,7 @@
 require_relative "version"
 require_relative "errors"
 require_relative "cli/errors"
+require_relative "cli/shown"
 
 module StaticTracing
   # The `static-tracing` executable. Each command is a Command subclass
@@ -36,7 +37,7 @@ module StaticTracing
       def run(argv, out: $stdout, err: $stderr, env: ENV)
         argv = argv.dup
         out = Output.new(out, "stdout")
-        err = Output.new(err, "stderr")
+        err = Output.new(err, "stderr", text: true)
         name = argv.shift
         status = case name
                  when nil then usage_error(err, "no command given")
@@ -97,6 +98,19 @@ module StaticTracing
         EXIT_INTERRUPTED
       rescue Errno::EPIPE
         0
+      rescue SystemExit, SignalException
+        raise
+      rescue Exception => e # rubocop:disable Lint/RescueException -- one line, never a backtrace
+        report(err, "#{PROGRAM} #{name}: #{bug(e)}", EXIT_ERROR)
+      end
+
+      # What failed that is not the user's to fix, in one line: a native
+      # panic (InternalError says so itself), or any other exception.
+      def bug(error)
+        return error.message if error.is_a?(InternalError)
+
+        "internal error: #{error.class}: #{error.message.lines.first&.chomp} " \
+          "(a bug in #{PROGRAM} #{VERSION}: please report it, with the command line)"
       end
 
       def help(name, out, err)

@@ -14,6 +14,11 @@ module StaticTracing
   # range) and what to do. Nothing else about the process changed.
   class RecorderError < Error; end
 
+  # A bug in the gem: a panic in one of its native libraries, caught where
+  # Ruby called it and raised as this rather than unwound into Ruby. The
+  # message says what failed and asks for a report; the process goes on.
+  class InternalError < Error; end
+
   # `StaticTracing.providers[name]` for a name nobody registered.
   class ProviderMissingError < KeyError; end
 end

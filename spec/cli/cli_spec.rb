@@ -81,6 +81,33 @@ RSpec.describe StaticTracing::CLI do
     end
   end
 
+  # What fails that is not the user's to fix (a bug in the command, a
+  # native panic) is said in one line naming it, never a backtrace.
+  describe "internal errors" do
+    let(:path) { File.join(Dir.mktmpdir("internal"), "a.trace").tap { |file| File.write(file, "") } }
+
+    after { FileUtils.rm_rf(File.dirname(path)) }
+
+    [NoMethodError.new("undefined method 'size' for nil"), SystemStackError.new("stack level too deep"),
+     NoMemoryError.new("failed to allocate memory")].each do |error|
+      it "says #{error.class} in one line with a bug report hint, exit status 1" do
+        allow(StaticTracing::CLI::TraceFile).to receive(:load).and_raise(error)
+        result = cli("report", path)
+        expect(result).to have_attributes(
+          exitstatus: 1, stdout: "",
+          stderr: "static-tracing report: internal error: #{error.class}: #{error.message.lines.first.chomp} " \
+                  "(a bug in static-tracing #{StaticTracing::VERSION}: please report it, with the command line)\n"
+        )
+      end
+    end
+
+    it "says a native panic as the reader words it" do
+      message = "internal error: slice index starts at 3 but ends at 2 (a bug in static_tracing: please report it)"
+      allow(StaticTracing::CLI::TraceFile).to receive(:load).and_raise(StaticTracing::InternalError, message)
+      expect(cli("report", path)).to have_attributes(exitstatus: 1, stderr: "static-tracing report: #{message}\n")
+    end
+  end
+
   describe "list" do
     before { skip "USDT probes are not supported on #{RUBY_PLATFORM}" unless StaticTracing.supported? }
 

@@ -46,7 +46,7 @@ RSpec.describe "static-tracing export" do
 
       families = parse(tally_class.exposition([[42, tally]]))
       expect(families.keys).to eq(%w[static_tracing_probe_calls_total static_tracing_probe_latency_seconds
-                                     static_tracing_lost_records_total])
+                                     static_tracing_lost_records_total static_tracing_ring_refused])
       expect(calls(families)).to eq(%w[42 index] => 4, %w[42 hits] => 1)
       buckets = PrometheusText.values(families, "static_tracing_probe_latency_seconds_bucket", by: [:le])
       expect(buckets.values_at(%w[1e-06], %w[2e-06], %w[0.001024], %w[0.002048], %w[4e-06], %w[+Inf]))
@@ -95,6 +95,20 @@ RSpec.describe "static-tracing export" do
       expect(result.stderr).to eq("static-tracing: cannot listen on 127.0.0.1:#{port}: Address already in use\n")
     ensure
       taken&.close
+    end
+
+    # docs/fleet.md: ":PORT for every interface", IPv6 as IPv4.
+    it "listens on every interface, IPv6 and IPv4, for :PORT" do
+      skip "no IPv6 loopback here" unless Socket.ip_address_list.any?(&:ipv6_loopback?)
+
+      server = StaticTracing::CLI::MetricsServer.new(nil, 0) { "" }
+      port = Integer(server.address[/\d+\z/])
+      expect(server.address).to eq("[::]:#{port}")
+      %w[127.0.0.1 ::1].each do |host|
+        expect { TCPSocket.new(host, port).close }.not_to raise_error
+      end
+    ensure
+      server&.close
     end
 
     it "refuses a PID with no process in one line" do
@@ -275,6 +289,28 @@ RSpec.describe "static-tracing export" do
       expect(export.wait(timeout: 10).exitstatus).to eq(0)
     ensure
       [silent, garbage, huge].each { |socket| socket&.close }
+    end
+
+    # docs/fleet.md: "none can hold the others up". Connections that send
+    # nothing, as many as the server serves at once and opened again as
+    # they close, never keep a scraper (a keep-alive client, as
+    # Prometheus's) out: each takes the place of the oldest idle one.
+    it "serves every scrape while idle connections take every slot, again and again" do
+      export = start_export(recording_process.pid)
+      host, port = @address.split(":")
+      idle = []
+      limit = StaticTracing::CLI::MetricsServer::MAX_CONNECTIONS
+      codes = Array.new(8) do
+        idle.concat(Array.new(limit) { TCPSocket.new(host, Integer(port)) })
+        started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        code = get.code
+        expect(Process.clock_gettime(Process::CLOCK_MONOTONIC) - started).to be < 2
+        code
+      end
+      expect(codes).to eq(["200"] * 8)
+      expect(export.alive?).to be(true)
+    ensure
+      idle&.each(&:close)
     end
 
     it "ends at Ctrl-C with status 0" do

@@ -406,6 +406,20 @@ RSpec.describe "static-tracing report" do
                                                 "regular file\n")
     end
 
+    # A fleet's dumps: each file is opened in turn (not by recursion, which
+    # ran out of stack at about 2,000), and as many descriptors allowed as
+    # it takes.
+    it "reads thousands of files named at once" do
+      paths = Array.new(3000) do |number|
+        trace("worker-#{number}.trace", [record(index, [2000], time: 1_000_000)], header: { pid: 10_000 + number })
+      end
+      result = cli("report", "--format", "json", *paths)
+      expect(result).to have_attributes(exitstatus: 0, stderr: "")
+      summary = JSON.parse(result.stdout)
+      expect(summary.fetch("records")).to eq(3000)
+      expect(summary.fetch("files")).to eq(paths)
+    end
+
     it "is listed in static-tracing --help, with the commands that write its files" do
       expect(cli("--help").stdout).to match(/^    record .*\n    dump .*\n    report +Summarize recorded trace files/)
       expect(cli("report", trace("a.trace", [])).exitstatus).to eq(0)

@@ -2,6 +2,7 @@
 
 require "fileutils"
 require "rbconfig"
+require "socket"
 require "static_tracing/cli"
 require "tmpdir"
 
@@ -42,6 +43,42 @@ RSpec.describe "Prometheus scraping static-tracing export", :subprocess do
   def quantile_bucket(seconds)
     micros = seconds * 1e6
     micros <= 1 ? 0 : Math.log2(micros).ceil
+  end
+
+  # Prometheus's own client (keep-alive, a 1 s scrape timeout) against a
+  # peer that holds every slot of export's server with connections that
+  # send nothing, opening a new one as soon as one is closed.
+  it "scrapes every time while idle connections hold every slot of export's server" do
+    address = start_export
+    host, port = address.split(":")
+    slots = StaticTracing::CLI::MetricsServer::MAX_CONNECTIONS
+    stop = false
+    hog = Thread.new do
+      sockets = Array.new(slots) { TCPSocket.new(host, Integer(port)) }
+      until stop
+        sockets.map! do |socket|
+          next socket unless socket.wait_readable(0) # closed (or answered) by export
+
+          socket.close
+          TCPSocket.new(host, Integer(port))
+        end
+        sleep 0.02
+      end
+    ensure
+      sockets&.each(&:close)
+    end
+    prometheus = start_prometheus(targets: [address], dir:)
+    scraped = prometheus.wait_for_scrape_after(Time.now.to_f)
+    first = scraped
+    8.times { scraped = prometheus.wait_for_scrape_after(scraped) }
+
+    window = "#{(scraped - first).ceil + 1}s"
+    up = prometheus.values(%(min_over_time(up{job="static_tracing"}[#{window}])), by: [], time: scraped)
+    expect(up).to eq([] => 1.0)
+    expect(hog).to be_alive
+  ensure
+    stop = true
+    hog&.join(5)
   end
 
   it "answers PromQL with the counts the report gives, and each p99 within one bucket" do

@@ -28,7 +28,8 @@ RSpec.describe "StaticTracing::Rack::Metrics", :subprocess do
                           "content-length" => text.bytesize.to_s)
     expect(PrometheusText.parse(text).keys).to eq(%w[static_tracing_probe_calls_total
                                                      static_tracing_probe_latency_seconds
-                                                     static_tracing_lost_records_total])
+                                                     static_tracing_lost_records_total
+                                                     static_tracing_ring_refused])
     expect(app.call("REQUEST_METHOD" => "HEAD")[2]).to eq([])
     refused = [405, { "content-type" => "text/plain", "allow" => "GET, HEAD" }, ["only GET and HEAD\n"]]
     expect(app.call("REQUEST_METHOD" => "POST")).to eq(refused)
@@ -206,7 +207,24 @@ RSpec.describe "StaticTracing::Rack::Metrics", :subprocess do
   end
 
   it "serves only its own ring in a process whose parent runs another program" do
-    script = <<~'RUBY'
+    File.write(File.join(root, "work.rb"), sibling_script)
+    ruby = "#{RbConfig.ruby} -I #{E2E::LIB} -r static_tracing #{File.join(root, "work.rb")}"
+    expect_own_ring_only("bash", "-c", "#{ruby} 3 & #{ruby} 5 & wait")
+  end
+
+  # A foreman-like supervisor, itself a Ruby (the same program as the same
+  # user), that starts two programs: neither is a worker of the other's
+  # server, for all that they are children of one Ruby parent.
+  it "serves only its own ring in a program that a Ruby supervisor started beside another" do
+    File.write(File.join(root, "work.rb"), sibling_script)
+    program = [RbConfig.ruby, "-I", E2E::LIB, "-r", "static_tracing", File.join(root, "work.rb")]
+    supervisor = "pids = [3, 5].map { |calls| spawn(*#{program.inspect}, calls.to_s) }; " \
+                 "exit(pids.all? { |pid| Process.wait2(pid)[1].success? })"
+    expect_own_ring_only(RbConfig.ruby, "-e", supervisor)
+  end
+
+  def sibling_script
+    <<~'RUBY'
       class SpecRackMetrics
         include StaticTracing::LatencyTracer
         def work = :worked
@@ -220,14 +238,17 @@ RSpec.describe "StaticTracing::Rack::Metrics", :subprocess do
       body = StaticTracing::Rack::Metrics.new.call("REQUEST_METHOD" => "GET")[2].join
       puts body.lines.grep(/\Astatic_tracing_probe_calls_total/).map { |line| "#{Process.pid} #{line}" }
     RUBY
-    File.write(File.join(root, "work.rb"), script)
-    ruby = "#{RbConfig.ruby} -I #{E2E::LIB} -r static_tracing #{File.join(root, "work.rb")}"
-    shell = E2E::Child.new("bash", "-c", "#{ruby} 3 & #{ruby} 5 & wait",
-                           env: { "STATIC_TRACING_RECORD" => "--flight --size 64K", "STATIC_TRACING_DIR" => stubs })
-    started_processes << shell
-    expect(shell.wait.success?).to be(true), shell.output
-    lines = shell.output.lines.grep(/static_tracing_probe_calls_total/)
-    expect(lines.size).to eq(2), shell.output
+  end
+
+  # Runs +command+, whose two programs each print the call series their
+  # Rack::Metrics serves: each serves its own, and only its own.
+  def expect_own_ring_only(*command)
+    parent = E2E::Child.new(*command, env: { "STATIC_TRACING_RECORD" => "--flight --size 64K",
+                                             "STATIC_TRACING_DIR" => stubs })
+    started_processes << parent
+    expect(parent.wait.success?).to be(true), parent.output
+    lines = parent.output.lines.grep(/static_tracing_probe_calls_total/)
+    expect(lines.size).to eq(2), parent.output
     lines.each do |line|
       pid, series = line.split(" ", 2)
       expect(series).to match(/\{pid="#{pid}",provider="spec_rack_metrics",probe="work"\} [35]\n\z/)

@@ -47,4 +47,26 @@ RSpec.describe "the native extension's exception classes", :subprocess do
     RUBY
     expect(output.chomp).to match(/\Atrue .*signal 0\b/)
   end
+
+  # magnus raises a panic as `fatal`, which no `rescue StandardError` (nor
+  # the command's top level) catches: every method of both libraries is
+  # defined through the bindings' own method!/function!, which run it
+  # through ruby_glue::panics::guard and raise StaticTracing::InternalError.
+  it "defines every method of both native libraries through the panic guard" do
+    root = File.expand_path("../..", __dir__)
+    sources = Dir[File.join(root, "ext/{static_tracing,trace_reader}/src/**/*.rs")]
+    expect(sources.size).to be > 10
+    unguarded = sources.flat_map do |path|
+      text = File.read(path)
+      direct = text.scan(/magnus::(?:method|function)!\(/)
+      imported = text.scan(/use magnus::\{[^}]*\b(?:method|function)\b[^}]*\}/m)
+      (direct + imported).map { |hit| "#{path.delete_prefix("#{root}/")}: #{hit.gsub(/\s+/, " ")}" }
+    end
+    expect(unguarded).to be_empty
+    %w[static_tracing trace_reader].each do |library|
+      expect(File.read(File.join(root, "ext", library, "src/lib.rs")))
+        .to include("ruby_glue::guarded_method!").and include("ruby_glue::guarded_function!")
+    end
+    expect(StaticTracing::InternalError.ancestors).to include(StaticTracing::Error)
+  end
 end

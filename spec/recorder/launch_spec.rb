@@ -69,6 +69,55 @@ RSpec.describe "Recording a program from its start", :subprocess do
     expect(recorded_calls(read_trace(trace))).to eq("launch_app:index" => 40)
   end
 
+  # As a supervisor does: a hangup, or a signal an application takes as a
+  # request (reopen its logs), goes to the program; the command neither
+  # dies of it (leaving the program behind) nor loses the trace.
+  it "passes SIGHUP, SIGUSR1 and SIGUSR2 on to the program, and writes the trace once it exits" do
+    trace = File.join(dir, "signalled.trace")
+    command = start_command("launch_app:*", "-o", trace, "--",
+                            *program(30, <<~'RUBY'))
+                              got = Queue.new
+                              %w[HUP USR1 USR2].each { |signal| Signal.trap(signal) { got << signal } }
+                              puts "program ready"
+                              3.times { puts "program got #{got.pop}" }
+                              exit 5
+                            RUBY
+    command.wait_for(/^program ready$/)
+    command.wait_for(/^Recording probes/)
+    %w[HUP USR1 USR2].each do |signal|
+      Process.kill(signal, command.pid)
+      command.wait_for(/^program got #{signal}$/)
+    end
+
+    expect(command.wait.exitstatus).to eq(5), command.output
+    expect(command.output).to match(wrote_line(30, trace, "the process exited"))
+    expect(recorded_calls(read_trace(trace))).to eq("launch_app:index" => 30)
+  end
+
+  # A link planted at -o while the program runs is not written through;
+  # what was recorded is kept all the same, beside it, and the command
+  # says where.
+  it "writes the trace beside -o when a link was planted there meanwhile, and says where" do
+    trace = File.join(dir, "planted.trace")
+    target = File.join(dir, "target").tap { |path| File.write(path, "theirs\n") }
+    command = start_command("-o", trace, "--", *program(20, <<~'RUBY'))
+      puts "program ready"
+      $stdin.gets
+    RUBY
+    command.wait_for(/^program ready$/)
+    File.symlink(target, trace)
+    command.puts("go")
+
+    beside = File.join(dir, "planted-2.trace")
+    expect(command.wait.exitstatus).to eq(0), command.output
+    expect(command.output).to include("static-tracing: not writing the trace to #{trace}: it is a symbolic link, " \
+                                      "and static-tracing never writes through one; it is in #{beside} instead")
+    expect(command.output).to match(wrote_line(20, beside, "the process exited"))
+    expect(recorded_calls(read_trace(beside))).to eq("launch_app:index" => 20)
+    expect(File.readlink(trace)).to eq(target)
+    expect(File.read(target)).to eq("theirs\n")
+  end
+
   it "lets Ctrl-C at a terminal reach the program once, as the terminal's foreground job" do
     require "pty"
     trace = File.join(dir, "terminal.trace")

@@ -16,6 +16,8 @@
 //!   (the checks are `checks`'), and [`parse`], its reading of bytes in memory;
 //! - [`cursor`]: the one cursor over a live ring, and the lost-record rule,
 //!   which following ([`follow`]) and the metrics' tally both move;
+//! - [`continuity`]: what those readers, which read one ring again and
+//!   again, hold each read to: what the reads before found;
 //! - [`trace_file`]: the one writer of trace files, with the thread names
 //!   after their slots, for the snapshot and for the command.
 //!
@@ -40,6 +42,7 @@
 //! ```
 
 mod checks;
+pub mod continuity;
 pub mod cursor;
 #[cfg(unix)]
 pub mod follow;

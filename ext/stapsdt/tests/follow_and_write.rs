@@ -1,6 +1,8 @@
 //! A ring followed through its file, as `record` follows one, and dumped,
 //! as `dump` does; what they write read back.
 
+mod proptest_setup;
+
 use stapsdt::ring::follow::{dump, Follower};
 use stapsdt::ring::Trace;
 use stapsdt::ring::{parse, Arg, Ring, RingConfig, Value};
@@ -228,4 +230,233 @@ fn a_follower_from_now_reads_and_counts_only_the_records_made_after_it_began() {
     let expected: Vec<Value> = (40..45).chain(49..65).map(Value::Int).collect();
     assert_eq!(firsts, expected);
     assert_eq!(trace.lost(), 4);
+}
+
+#[test]
+fn a_follower_from_now_refuses_a_ring_rewritten_after_it_began() {
+    let mut fixture = Fixture::new("from-now-rewritten", 16, true);
+    let probe = fixture
+        .ring
+        .add_probe("app", "p", &[ArgType::Int64], Some(0), None)
+        .unwrap();
+    for value in 0..3 {
+        assert!(fixture.ring.record_integer(probe, value as u64, 1, value));
+    }
+    fixture.sync();
+    let mut follower = Follower::from_now(&fixture.file, "ring").unwrap();
+    assert!(fixture.ring.record_integer(probe, 3, 1, 3));
+    fixture.sync();
+    assert_eq!(follower.poll(&fixture.file).unwrap(), 1);
+    // records (offset 192) sent back under what the follower read.
+    fixture.file.write_all_at(&1u64.to_le_bytes(), 192).unwrap();
+    let err = follower.poll(&fixture.file).unwrap_err().to_string();
+    assert!(
+        err.starts_with("ring: the ring was rewritten since it was last read: "),
+        "{err}"
+    );
+    assert_eq!(follower.refused(), Some(err.as_str()));
+    assert_eq!(follower.counts().records, 1);
+}
+
+#[test]
+fn a_ring_rewritten_under_its_follower_is_read_no_more_and_what_was_read_is_written_readable() {
+    // max_string (offset 88) lowered under the Strings read, or table_used
+    // (offset 384) down to the first entry: the trace file written holds
+    // what was read before, with the header and table it was read with.
+    for (at, value) in [(88, 4u32), (384, 24)] {
+        let mut fixture = Fixture::new(&format!("rewritten-{at}"), 64, true);
+        let number = fixture
+            .ring
+            .add_probe("app", "p", &[ArgType::Int64], Some(0), None)
+            .unwrap();
+        let text = fixture
+            .ring
+            .add_probe("app", "s", &[ArgType::String], None, None)
+            .unwrap();
+        assert!(fixture.ring.record_integer(number, 1, 1, 5));
+        assert!(fixture
+            .ring
+            .record(text, 2, 1, &[Arg::Str(b"a long string")]));
+        fixture.sync();
+        let mut follower = Follower::new(&fixture.file, "ring").unwrap();
+        assert_eq!(follower.poll(&fixture.file).unwrap(), 2);
+
+        assert!(fixture.ring.record_integer(number, 3, 1, 6));
+        fixture.sync();
+        fixture.file.write_all_at(&value.to_le_bytes(), at).unwrap();
+        let err = follower.poll(&fixture.file).unwrap_err().to_string();
+        assert!(
+            err.starts_with("ring: the ring was rewritten since it was last read: "),
+            "{err}"
+        );
+        // Put back: still read no more.
+        fixture.sync();
+        assert_eq!(follower.finish(&fixture.file).unwrap_err().to_string(), err);
+        assert_eq!(follower.refused(), Some(err.as_str()));
+
+        let mut written = Vec::new();
+        follower.write(&mut written).unwrap();
+        let trace = parse(&written).unwrap();
+        assert_eq!(
+            values(&trace),
+            [
+                vec![Value::Int(5)],
+                vec![Value::Str(b"a long string".to_vec())]
+            ]
+        );
+        assert_eq!(trace.probes.len(), 2);
+        assert_eq!(trace.header.max_string, 1024);
+    }
+}
+
+/// A state machine over the follower, the reader `record` keeps reading one
+/// ring with: its process records, adds probes, and rewrites words of its
+/// ring's header in the file (a table that shrinks, a string limit lowered,
+/// an anchor moved, counters sent back) and puts them back, between reads.
+/// Whatever it does, a read never panics, nothing is taken that was not
+/// recorded, and what the follower writes is a trace file the reader reads;
+/// a ring that was never rewritten is taken whole.
+mod rewritten_under_the_follower {
+    use super::*;
+    use crate::proptest_setup::config;
+    use proptest::prelude::*;
+    use proptest::sample::Index;
+
+    /// table_used, max_string, the anchors, slot_count, head, records,
+    /// dropped: what the reader relies on.
+    const WORDS: [u64; 8] = [384, 88, 72, 80, 40, 128, 192, 256];
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        Call {
+            probe: Index,
+            count: u16,
+        },
+        Text {
+            length: u8,
+        },
+        AddProbe,
+        Poll,
+        Rewrite {
+            word: Index,
+            value: u64,
+            relative: bool,
+        },
+        PutBack,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            4 => (any::<Index>(), 1u16..24).prop_map(|(probe, count)| Step::Call { probe, count }),
+            2 => (0u8..80).prop_map(|length| Step::Text { length }),
+            1 => Just(Step::AddProbe),
+            4 => Just(Step::Poll),
+            2 => (any::<Index>(), prop_oneof![0u64..64, any::<u64>()], any::<bool>())
+                .prop_map(|(word, value, relative)| Step::Rewrite { word, value, relative }),
+            2 => Just(Step::PutBack),
+        ]
+    }
+
+    fn run(steps: &[Step]) -> Result<(), TestCaseError> {
+        let mut fixture = Fixture::new("machine", 64, false);
+        let mut probes = vec![fixture
+            .ring
+            .add_probe("app", "p0", &[ArgType::Int64], Some(0), None)
+            .unwrap()];
+        let text_probe = fixture
+            .ring
+            .add_probe("app", "text", &[ArgType::String], None, None)
+            .unwrap();
+        fixture.sync();
+        let mut follower = Follower::new(&fixture.file, "ring").unwrap();
+        let mut recorded = 0u64;
+        let mut rewritten: Vec<(u64, u64)> = Vec::new();
+        let mut ever_rewritten = false;
+        for step in steps {
+            match step {
+                Step::Call { probe, count } => {
+                    let id = *probe.get(&probes);
+                    for value in 0..*count {
+                        if fixture.ring.record_integer(id, 1, 1, i64::from(value)) {
+                            recorded += 1;
+                        }
+                    }
+                }
+                Step::Text { length } => {
+                    let text = vec![b'x'; usize::from(*length)];
+                    if fixture.ring.record(text_probe, 1, 1, &[Arg::Str(&text)]) {
+                        recorded += 1;
+                    }
+                }
+                Step::AddProbe => {
+                    let name = format!("p{}", probes.len());
+                    if let Ok(id) =
+                        fixture
+                            .ring
+                            .add_probe("app", &name, &[ArgType::Int64], Some(0), None)
+                    {
+                        probes.push(id);
+                    }
+                }
+                Step::Rewrite {
+                    word,
+                    value,
+                    relative,
+                } => {
+                    let at = *word.get(&WORDS);
+                    let mut was = [0; 8];
+                    fixture.file.read_exact_at(&mut was, at).unwrap();
+                    let was = u64::from_le_bytes(was);
+                    let now = if *relative {
+                        was.wrapping_sub(*value)
+                    } else {
+                        *value
+                    };
+                    ever_rewritten |= now != was;
+                    rewritten.push((at, now));
+                }
+                Step::PutBack => rewritten.clear(),
+                Step::Poll => {
+                    fixture.sync();
+                    for &(at, value) in &rewritten {
+                        fixture.file.write_all_at(&value.to_le_bytes(), at).unwrap();
+                    }
+                    let read = follower.poll(&fixture.file);
+                    if !ever_rewritten {
+                        prop_assert!(read.is_ok(), "{:?}", read.err());
+                    }
+                    fixture.sync();
+                }
+            }
+            prop_assert!(follower.counts().records <= recorded);
+        }
+        // `record` ends as the process left its ring: rewritten, maybe.
+        fixture.sync();
+        for &(at, value) in &rewritten {
+            fixture.file.write_all_at(&value.to_le_bytes(), at).unwrap();
+        }
+        let rest = follower.finish(&fixture.file);
+        let mut written = Vec::new();
+        follower.write(&mut written).unwrap();
+        let trace = parse(&written);
+        prop_assert!(trace.is_ok(), "{:?} after {:?}", trace.err(), rest);
+        let trace = trace.unwrap();
+        prop_assert!(trace.records.len() as u64 <= recorded);
+        if !ever_rewritten {
+            prop_assert!(rest.is_ok());
+            prop_assert_eq!(trace.records.len() as u64, recorded);
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(config(96))]
+
+        #[test]
+        fn a_follower_of_a_ring_its_process_rewrites_never_panics_and_writes_a_readable_file(
+            steps in proptest::collection::vec(step(), 1..40)
+        ) {
+            run(&steps)?;
+        }
+    }
 }

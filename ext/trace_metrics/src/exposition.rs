@@ -8,6 +8,7 @@ use std::fmt::Write;
 const CALLS: &str = "static_tracing_probe_calls_total";
 const LATENCY: &str = "static_tracing_probe_latency_seconds";
 const LOST: &str = "static_tracing_lost_records_total";
+const REFUSED: &str = "static_tracing_ring_refused";
 
 /// The Prometheus text exposition format (version 0.0.4) of `rings`, each
 /// a process's tally and the pid it is labelled with: every family once,
@@ -74,6 +75,16 @@ pub fn exposition(rings: &[(u64, &Tally)]) -> String {
         for (reason, count) in [("dropped", lost.dropped), ("overwritten", lost.overwritten)] {
             let _ = writeln!(out, "{LOST}{{pid=\"{pid}\",reason=\"{reason}\"}} {count}");
         }
+    }
+    family(
+        &mut out,
+        REFUSED,
+        "gauge",
+        "1 once the process rewrote its ring under the reader (a table that shrank, a header or counter changed): it is read no more, and its other series stay as they were.",
+    );
+    for (pid, tally) in rings {
+        let refused = u8::from(tally.refused().is_some());
+        let _ = writeln!(out, "{REFUSED}{{pid=\"{pid}\"}} {refused}");
     }
     out
 }
@@ -216,12 +227,19 @@ mod tests {
             &"static_tracing_probe_latency_seconds_count{pid=\"11\",provider=\"app\",probe=\"index\"} 3"
         ));
         assert_eq!(
-            &lines[lines.len() - 4..],
+            &lines[lines.len() - 8..lines.len() - 4],
             [
                 "static_tracing_lost_records_total{pid=\"11\",reason=\"dropped\"} 0",
                 "static_tracing_lost_records_total{pid=\"11\",reason=\"overwritten\"} 0",
                 "static_tracing_lost_records_total{pid=\"12\",reason=\"dropped\"} 0",
                 "static_tracing_lost_records_total{pid=\"12\",reason=\"overwritten\"} 0",
+            ]
+        );
+        assert_eq!(
+            &lines[lines.len() - 2..],
+            [
+                "static_tracing_ring_refused{pid=\"11\"} 0",
+                "static_tracing_ring_refused{pid=\"12\"} 0",
             ]
         );
         let families: Vec<&str> = lines
@@ -233,7 +251,8 @@ mod tests {
             [
                 "static_tracing_probe_calls_total counter",
                 "static_tracing_probe_latency_seconds histogram",
-                "static_tracing_lost_records_total counter"
+                "static_tracing_lost_records_total counter",
+                "static_tracing_ring_refused gauge"
             ]
         );
     }

@@ -12,4 +12,6 @@ pub mod tally;
 pub use exposition::exposition;
 pub use tally::{Histogram, ProbeTally, Tally, BUCKETS};
 #[cfg(test)]
+mod rewritten_rings;
+#[cfg(test)]
 mod testing;

@@ -20,10 +20,10 @@
 //! [`Tally::from_state`] reads them back, so that the workers of one
 //! server can share one tally of each ring.
 
-use stapsdt::ring::format::{Header, OVERWRITE};
-use stapsdt::ring::scan::{self, Opened, Pass, ReadAt, ReadError};
+use stapsdt::ring::continuity::{Continuity, Next};
+use stapsdt::ring::scan::{self, FileId, Opened, Pass, ReadAt, ReadError};
 use stapsdt::ring::{Cursor, Lost, ProbeEntry, Record, TraceError, Value};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 use trace_report::report::histogram::bucket_bits;
 
@@ -90,37 +90,23 @@ pub struct ProbeTally {
     pub latency: Option<Histogram>,
 }
 
-/// What tells one ring from the next the process makes at the same path
-/// (it stopped recording and started again): when it was made, and how.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Identity {
-    anchor_monotonic_ns: u64,
-    anchor_realtime_ns: i64,
-    slot_count: u64,
-    overwrite: bool,
-    pid: u64,
-}
-
-impl Identity {
-    fn of(header: &Header) -> Identity {
-        Identity {
-            anchor_monotonic_ns: header.anchor_monotonic_ns,
-            anchor_realtime_ns: header.anchor_realtime_ns,
-            slot_count: header.slot_count,
-            overwrite: header.flags & OVERWRITE != 0,
-            pid: header.pid,
-        }
-    }
-}
-
 /// The ring the tally reads now, and where it is in it.
 #[derive(Debug)]
 struct RingRead {
-    identity: Identity,
+    /// What its reads found, which each read must agree with
+    /// (`stapsdt::ring::continuity`).
+    continuity: Continuity,
     cursor: Cursor,
     /// Each probe id's index in `Tally::probes`.
     probes: Vec<usize>,
+    /// Why it is read no more: it contradicted what its reads before found.
+    refused: Option<String>,
 }
+
+/// How many of the files of rings read before the current one a tally
+/// remembers, so that one that comes back is not read again from its
+/// first record.
+const LEFT_FILES: usize = 1024;
 
 /// Calls and durations found by one scrape, by probe id: added to the
 /// tally only once the scrape has read its ring without error, so that a
@@ -166,7 +152,18 @@ pub struct Tally {
     ring: Option<RingRead>,
     /// Lost in the rings read before the current one.
     lost_before: Lost,
+    /// The files of the rings read before the current one, newest last.
+    left: VecDeque<FileId>,
+    /// Set while a scrape runs. One that never returned (a panic unwound
+    /// out of it, and its caller went on) leaves it set: what that scrape
+    /// had taken of the tally's state is not known, so the tally reads no
+    /// more rather than count anything twice.
+    scraping: bool,
 }
+
+/// Why a tally whose scrape never returned reads no more.
+const BROKEN: &str = "a scrape of this ring ended in a bug in the reader; it is read no more, \
+                      so that nothing counts twice";
 
 impl Tally {
     /// A tally of the ring named `name` in messages, read from its oldest
@@ -184,6 +181,8 @@ impl Tally {
             by_label: HashMap::new(),
             ring: None,
             lost_before: Lost::default(),
+            left: VecDeque::new(),
+            scraping: false,
         }
     }
 
@@ -196,47 +195,80 @@ impl Tally {
     /// The last read of a ring whose process exited: every record still
     /// whole from where the last scrape stopped to the end, whether or
     /// not the ones before it were committed (one its writer was killed
-    /// in the middle of is lost, the others are counted). Reads only.
+    /// in the middle of is lost, the others are counted). Reads only; held
+    /// to the reads before as a scrape is.
     pub fn finish(&mut self, source: &(impl ReadAt + ?Sized)) -> Result<u64, TraceError> {
-        self.read(source, |cursor, opened, visit| {
-            let read = cursor.follow(opened, source, &mut *visit)?;
-            Ok(read + cursor.read_rest(opened, source, visit)?)
+        self.guarded(|tally| {
+            tally.read_on(source, |cursor, opened, visit| {
+                let read = cursor.follow(opened, source, &mut *visit)?;
+                Ok(read + cursor.read_rest(opened, source, visit)?)
+            })
         })
     }
 
     /// [`Tally::scrape`] at `now_ns` on `CLOCK_MONOTONIC`.
+    ///
+    /// Each read must agree with the reads of the ring before it
+    /// (`stapsdt::ring::continuity`): a ring that contradicts them is
+    /// refused, and read no more; what was counted of it stays, and the
+    /// tally goes on with the next ring its process makes.
     pub fn scrape_at(
         &mut self,
         source: &(impl ReadAt + ?Sized),
         now_ns: u64,
     ) -> Result<u64, TraceError> {
         let grace_ns = u64::try_from(self.grace.as_nanos()).unwrap_or(u64::MAX);
-        self.read(source, |cursor, opened, visit| {
-            cursor.follow_within(opened, source, now_ns, grace_ns, visit)
+        self.guarded(|tally| {
+            tally.read_on(source, |cursor, opened, visit| {
+                cursor.follow_within(opened, source, now_ns, grace_ns, visit)
+            })
         })
     }
 
+    /// `read`, unless a read before never returned; marked as running
+    /// while it runs, so that one that never returns leaves the tally
+    /// refusing.
+    fn guarded(
+        &mut self,
+        read: impl FnOnce(&mut Tally) -> Result<u64, TraceError>,
+    ) -> Result<u64, TraceError> {
+        if self.scraping {
+            return Err(TraceError::Format(format!("{}: {BROKEN}", self.name)));
+        }
+        self.scraping = true;
+        let read = read(self);
+        self.scraping = false;
+        read
+    }
+
     /// A read of the ring in `source` by `read` (which moves the cursor
-    /// and visits the records it takes), added to the tally.
-    fn read<S: ReadAt + ?Sized>(
+    /// and visits the records it takes), held to the reads before and
+    /// added to the tally.
+    fn read_on<S: ReadAt + ?Sized>(
         &mut self,
         source: &S,
         read: impl FnOnce(&mut Cursor, &Opened, &mut dyn FnMut(Record, &[u8])) -> Result<u64, ReadError>,
     ) -> Result<u64, TraceError> {
+        let file = source.file_id().map_err(|err| self.error(err.into()))?;
+        if let Some(ring) = &self.ring {
+            if let (Some(refused), Some(_)) = (&ring.refused, file) {
+                if ring.continuity.file() == file {
+                    return Err(TraceError::Format(refused.clone()));
+                }
+            }
+        }
         let opened = scan::open(source, Pass::Live).map_err(|err| self.error(err))?;
-        let identity = Identity::of(&opened.header);
-        if self.ring.as_ref().map(|ring| ring.identity) != Some(identity) {
-            let lost = self
-                .ring
-                .take()
-                .map(|ring| ring.cursor.lost)
-                .unwrap_or_default();
-            self.lost_before = self.lost_before + lost;
-            self.ring = Some(RingRead {
-                identity,
-                cursor: Cursor::default(),
-                probes: Vec::new(),
-            });
+        let next = match &self.ring {
+            None => Next::Other,
+            Some(ring) => match (ring.continuity.next(&opened, file), &ring.refused) {
+                (Ok(Next::Other), _) => Next::Other,
+                (_, Some(refused)) => return Err(TraceError::Format(refused.clone())),
+                (Err(err), None) => return Err(self.refuse(err.into())),
+                (Ok(Next::Same), None) => Next::Same,
+            },
+        };
+        if next == Next::Other {
+            self.replace_ring(&opened, file)?;
         }
         let mut ring = self.ring.take().expect("a ring was just set");
         let mut found = Found::new(&opened.probes);
@@ -250,7 +282,9 @@ impl Tally {
                 return Err(self.error(err));
             }
         };
-        for probe in &opened.probes[ring.probes.len()..] {
+        ring.continuity.advance(&opened);
+        let known = ring.probes.len();
+        for probe in &ring.continuity.probes()[known..] {
             ring.probes.push(self.probe_index(probe));
         }
         for (id, &index) in ring.probes.iter().enumerate().take(found.calls.len()) {
@@ -265,6 +299,46 @@ impl Tally {
         }
         self.ring = Some(ring);
         Ok(read)
+    }
+
+    /// Goes on in the ring `opened` from `file`, which replaced the one
+    /// read so far (or is the first): from its oldest record, unless it is
+    /// a ring read before that came back.
+    fn replace_ring(&mut self, opened: &Opened, file: Option<FileId>) -> Result<(), TraceError> {
+        if let Some(file) = file {
+            if self.left.contains(&file) {
+                return Err(TraceError::Format(format!(
+                    "{}: the ring is one read before, which another had replaced: it came back, \
+                     and is not read again",
+                    self.name
+                )));
+            }
+        }
+        if let Some(ring) = self.ring.take() {
+            self.lost_before = self.lost_before + ring.cursor.lost;
+            if let Some(left) = ring.continuity.file() {
+                if self.left.len() == LEFT_FILES {
+                    self.left.pop_front();
+                }
+                self.left.push_back(left);
+            }
+        }
+        self.ring = Some(RingRead {
+            continuity: Continuity::of(opened, file),
+            cursor: Cursor::default(),
+            probes: Vec::new(),
+            refused: None,
+        });
+        Ok(())
+    }
+
+    /// The ring is read no more, for `err`; the error, named.
+    fn refuse(&mut self, err: scan::ReadError) -> TraceError {
+        let err = self.error(err);
+        if let Some(ring) = &mut self.ring {
+            ring.refused = Some(err.to_string());
+        }
+        err
     }
 
     fn probe_index(&mut self, probe: &ProbeEntry) -> usize {
@@ -306,6 +380,15 @@ impl Tally {
         self.lost_before + now
     }
 
+    /// Why the current ring is read no more, if it is not: it contradicted
+    /// what the reads before found. What was counted of it stays.
+    pub fn refused(&self) -> Option<&str> {
+        if self.scraping {
+            return Some(BROKEN);
+        }
+        self.ring.as_ref().and_then(|ring| ring.refused.as_deref())
+    }
+
     /// The sequence number of the next slot to read in the current ring.
     pub fn position(&self) -> u64 {
         self.ring.as_ref().map_or(0, |ring| ring.cursor.position)
@@ -328,7 +411,7 @@ fn monotonic_ns() -> u64 {
 mod tests {
     use super::*;
     use crate::testing::{calls, owned, LiveRing};
-    use stapsdt::ring::format::first_stamp;
+    use stapsdt::ring::format::{first_stamp, offset};
     use stapsdt::ring::Arg;
     use std::sync::atomic::Ordering::Relaxed;
 
@@ -460,23 +543,6 @@ mod tests {
     }
 
     #[test]
-    fn finishing_a_dead_rings_reads_every_whole_record_past_one_its_writer_was_killed_in() {
-        let live = LiveRing::new(64, true);
-        let index = live.latency_probe("index");
-        let mut tally = Tally::new("ring");
-        live.latencies(index, &[1000; 5]);
-        assert_eq!(tally.scrape(&live).unwrap(), 5);
-        // Then 10 more, one of them never finished: its writer was killed.
-        live.latencies(index, &[1000; 10]);
-        live.stamp(8).store(0, Relaxed);
-        assert_eq!(tally.scrape(&live).unwrap(), 3);
-        assert_eq!(tally.finish(&live).unwrap(), 6);
-        assert_eq!(calls(&tally), owned(&[("app:index", 14)]));
-        assert_eq!(tally.lost().overwritten, 1);
-        assert_eq!(tally.position(), live.head());
-    }
-
-    #[test]
     fn passes_over_a_record_given_up_once_its_grace_is_over() {
         let live = LiveRing::new(64, true);
         let index = live.latency_probe("index");
@@ -562,5 +628,178 @@ mod tests {
         live.slot_word(2, 2).store(probe_and_tid, Relaxed);
         assert_eq!(tally.scrape(&live).unwrap(), 3);
         assert_eq!(calls(&tally), owned(&[("app:index", 3)]));
+    }
+
+    /// Sets the header's word at `at` to `value` for the length of `read`,
+    /// then puts it back.
+    fn with_word<T>(live: &LiveRing, at: usize, value: u64, read: impl FnOnce() -> T) -> T {
+        let before = live.header_word(at).swap(value, Relaxed);
+        let result = read();
+        live.header_word(at).store(before, Relaxed);
+        result
+    }
+
+    #[test]
+    fn a_table_that_shrinks_under_the_tally_is_refused_and_nothing_counts_twice() {
+        let live = LiveRing::new(64, true);
+        let index = live.latency_probe("index");
+        let query = live.text_probe("query");
+        let mut tally = Tally::new("my.ring");
+        live.latencies(index, &[1000; 100]);
+        assert!(live.ring.record(query, 1, 7, &[Arg::Str(b"q")]));
+        assert_eq!(tally.scrape(&live).unwrap(), 64);
+        let counted = calls(&tally);
+        let lost = tally.lost();
+        // table_used (the word's low half) down to the first entry.
+        let used = live.header_word(offset::TABLE_USED).load(Relaxed);
+        let err = with_word(&live, offset::TABLE_USED, 24, || tally.scrape(&live)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "my.ring: the ring was rewritten since it was last read: its probe table shrank \
+             from 2 entries to 1 (a table only grows); it is read no more"
+        );
+        assert!(tally.refused().is_some());
+        // Put back, and written on: the ring stays refused, and what was
+        // counted of it stays as it was.
+        assert_eq!(live.header_word(offset::TABLE_USED).load(Relaxed), used);
+        live.latencies(index, &[1000; 10]);
+        for _ in 0..3 {
+            assert_eq!(
+                tally.scrape(&live).unwrap_err().to_string(),
+                err.to_string()
+            );
+        }
+        assert_eq!(calls(&tally), counted);
+        assert_eq!(tally.lost(), lost);
+    }
+
+    #[test]
+    fn a_ring_whose_header_or_counters_are_rewritten_is_refused_not_read_again() {
+        for (at, value, what) in [
+            (
+                offset::ANCHOR_MONOTONIC_NS,
+                5,
+                "its header field anchor_monotonic_ns changed from 0 to 5",
+            ),
+            (
+                offset::MAX_STRING,
+                16,
+                "its header field max_string changed from 1024 to 16",
+            ),
+            (offset::HEAD, 3, "its counter head went back from 100 to 3"),
+            (
+                offset::RECORDS,
+                0,
+                "its counter records went back from 100 to 0",
+            ),
+        ] {
+            let live = LiveRing::new(256, true);
+            let index = live.latency_probe("index");
+            let mut tally = Tally::new("ring");
+            live.latencies(index, &[1000; 100]);
+            assert_eq!(tally.scrape(&live).unwrap(), 100);
+            let err = with_word(&live, at, value, || tally.scrape(&live)).unwrap_err();
+            assert!(err.to_string().contains(what), "{what:?} not in {err}");
+            // Neither the rewritten ring nor the ring put back is read again:
+            // the calls stay counted once.
+            assert!(with_word(&live, at, value, || tally.scrape(&live)).is_err());
+            assert!(tally.scrape(&live).is_err());
+            assert_eq!(calls(&tally), owned(&[("app:index", 100)]), "{what}");
+        }
+    }
+
+    #[test]
+    fn a_ring_read_before_that_comes_back_is_refused() {
+        let first = LiveRing::made_at(64, true, 1);
+        let index = first.latency_probe("index");
+        first.latencies(index, &[1000; 10]);
+        let second = LiveRing::made_at(64, true, 2);
+        let again = second.latency_probe("index");
+        second.latencies(again, &[1000; 5]);
+        let mut tally = Tally::new("ring");
+        assert_eq!(tally.scrape(&first).unwrap(), 10);
+        assert_eq!(tally.scrape(&second).unwrap(), 5);
+        let err = tally.scrape(&first).unwrap_err();
+        assert!(err.to_string().contains("it came back"), "{err}");
+        assert_eq!(calls(&tally), owned(&[("app:index", 15)]));
+        // The ring that replaced it is read on.
+        second.latencies(again, &[1000; 2]);
+        assert_eq!(tally.scrape(&second).unwrap(), 2);
+    }
+
+    /// A source that panics once asked for bytes past `from`.
+    struct PanicsPast<'a> {
+        live: &'a LiveRing,
+        from: u64,
+    }
+
+    impl ReadAt for PanicsPast<'_> {
+        fn file_len(&self) -> std::io::Result<u64> {
+            self.live.file_len()
+        }
+
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+            assert!(offset < self.from, "a bug in a read");
+            self.live.read_at(buf, offset)
+        }
+    }
+
+    #[test]
+    fn a_scrape_that_panics_leaves_the_tally_refusing_rather_than_counting_twice() {
+        let live = LiveRing::new(64, true);
+        let index = live.latency_probe("index");
+        let mut tally = Tally::new("ring");
+        live.latencies(index, &[1000; 10]);
+        assert_eq!(tally.scrape(&live).unwrap(), 10);
+        live.latencies(index, &[1000; 5]);
+        let ring_offset = live.header_word(offset::RING_OFFSET).load(Relaxed);
+        let panicking = PanicsPast {
+            live: &live,
+            from: ring_offset,
+        };
+        let unwound =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tally.scrape(&panicking)));
+        assert!(unwound.is_err());
+        assert_eq!(tally.refused(), Some(BROKEN));
+        assert_eq!(
+            tally.scrape(&live).unwrap_err().to_string(),
+            format!("ring: {BROKEN}")
+        );
+        assert_eq!(calls(&tally), owned(&[("app:index", 10)]));
+    }
+
+    #[test]
+    fn finishing_a_dead_rings_reads_every_whole_record_past_one_its_writer_was_killed_in() {
+        let live = LiveRing::new(64, true);
+        let index = live.latency_probe("index");
+        let mut tally = Tally::new("ring");
+        live.latencies(index, &[1000; 5]);
+        assert_eq!(tally.scrape(&live).unwrap(), 5);
+        // Then 10 more, one of them never finished: its writer was killed.
+        live.latencies(index, &[1000; 10]);
+        live.stamp(8).store(0, Relaxed);
+        assert_eq!(tally.scrape(&live).unwrap(), 3);
+        assert_eq!(tally.finish(&live).unwrap(), 6);
+        assert_eq!(calls(&tally), owned(&[("app:index", 14)]));
+        assert_eq!(tally.lost().overwritten, 1);
+        assert_eq!(tally.position(), live.head());
+    }
+
+    #[test]
+    fn finishing_a_ring_rewritten_since_the_last_scrape_is_refused_and_counts_nothing_twice() {
+        let live = LiveRing::new(256, true);
+        let index = live.latency_probe("index");
+        let mut tally = Tally::new("ring");
+        live.latencies(index, &[1000; 20]);
+        assert_eq!(tally.scrape(&live).unwrap(), 20);
+        live.latencies(index, &[1000; 5]);
+        let err = with_word(&live, offset::RECORDS, 3, || tally.finish(&live)).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("its counter records went back from 20 to 3"),
+            "{err}"
+        );
+        assert!(tally.finish(&live).is_err());
+        assert_eq!(calls(&tally), owned(&[("app:index", 20)]));
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::tally::Tally;
 use stapsdt::ring::format::{offset, SLOT_SIZE};
-use stapsdt::ring::scan::ReadAt;
+use stapsdt::ring::scan::{FileId, ReadAt};
 use stapsdt::ring::{Ring, RingConfig};
 use stapsdt::ArgType;
 use std::fs::{File, OpenOptions};
@@ -119,6 +119,11 @@ impl LiveRing {
         self.slot_word(seq, 0)
     }
 
+    /// The header's word at `offset` (8-aligned).
+    pub fn header_word(&self, offset: usize) -> &AtomicU64 {
+        &self.words()[offset / 8]
+    }
+
     pub fn head(&self) -> u64 {
         self.words()[offset::HEAD / 8].load(Acquire)
     }
@@ -142,6 +147,10 @@ impl ReadAt for LiveRing {
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         ReadAt::read_at(&self.file, buf, offset)
+    }
+
+    fn file_id(&self) -> io::Result<Option<FileId>> {
+        self.file.file_id()
     }
 }
 

@@ -14,6 +14,12 @@ pub fn format_error(ruby: &Ruby, message: String) -> Error {
     Error::new(class(ruby, &["CLI", "TraceFile", "FormatError"]), message)
 }
 
+/// `StaticTracing::InternalError`, which a panic at an entry point raises
+/// (`ruby_glue::panics::guard`): a bug, said in one line by the command.
+pub fn internal_error_class(ruby: &Ruby) -> ExceptionClass {
+    class(ruby, &["InternalError"])
+}
+
 pub fn trace_error(ruby: &Ruby, err: TraceError) -> Error {
     match err {
         TraceError::Format(message) => format_error(ruby, message),

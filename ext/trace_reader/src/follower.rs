@@ -5,7 +5,7 @@ use crate::errors::trace_error;
 use crate::reader::{output_file, tuple, write_error};
 use crate::sources::Source;
 use crate::trace::{probe_array, record_list};
-use magnus::{function, method, prelude::*, Error, RArray, RModule, Ruby, Value};
+use magnus::{prelude::*, Error, RArray, RModule, Ruby, Value};
 use stapsdt::ring::follow;
 use std::cell::RefCell;
 use std::io::{BufWriter, Write};

@@ -2,7 +2,7 @@
 //! killed processes left in a directory it reads a ring in, as a process
 //! starting does (`stapsdt::leftovers`: one rule for both).
 
-use magnus::{function, Error, RModule};
+use magnus::{Error, RModule};
 use std::fs::File;
 use std::mem::ManuallyDrop;
 use std::os::fd::{FromRawFd, RawFd};

@@ -5,6 +5,23 @@
 //! none of the gem's runtime (no watcher, no signal handler, no stub), as
 //! the command must not in its own process.
 
+/// `magnus::method!` and `magnus::function!` for this library: a panic in
+/// a method raises `StaticTracing::InternalError` (through
+/// `ruby_glue::panics::guard`), never `fatal`. Every method is defined
+/// through these (spec/contracts_spec.rb holds the bindings to it).
+macro_rules! method {
+    ($name:expr, $($arity:tt)+) => {
+        ruby_glue::guarded_method!($crate::errors::internal_error_class, $name, $($arity)+)
+    };
+}
+
+/// See [`method!`].
+macro_rules! function {
+    ($name:expr, $($arity:tt)+) => {
+        ruby_glue::guarded_function!($crate::errors::internal_error_class, $name, $($arity)+)
+    };
+}
+
 mod errors;
 mod follower;
 mod leftovers;

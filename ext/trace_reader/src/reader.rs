@@ -6,7 +6,7 @@ use crate::errors::{cli_error, trace_error};
 use crate::output::RubyWriter;
 use crate::sources::Source;
 use crate::trace::Trace;
-use magnus::{function, method, prelude::*, Error, RArray, RModule, Ruby, Value};
+use magnus::{prelude::*, Error, RArray, RModule, Ruby, Value};
 use stapsdt::ring::follow::{self, Counts, DumpError};
 use stapsdt::ring::format::{offset, SLOT_SIZE};
 use stapsdt::ring::trace_file::read_thread_names;

@@ -6,7 +6,7 @@
 use magnus::{value::ReprValue, Error, Integer, RString, Ruby, Value};
 use ruby_glue::errno::io_error;
 use stapsdt::ring::follow::RingSource;
-use stapsdt::ring::scan::ReadAt;
+use stapsdt::ring::scan::{FileId, ReadAt};
 use std::fs::File;
 use std::io;
 use std::mem::ManuallyDrop;
@@ -65,6 +65,20 @@ impl ReadAt for Source {
                     Err(err) => Err(io_error(err)),
                 }
             }
+        }
+    }
+
+    fn file_id(&self) -> io::Result<Option<FileId>> {
+        match self {
+            Source::File(file) => file.file_id(),
+            Source::Object(_) => Ok(None),
+        }
+    }
+
+    fn data_from(&self, offset: u64) -> io::Result<Option<u64>> {
+        match self {
+            Source::File(file) => file.data_from(offset),
+            Source::Object(_) => Ok(Some(offset)),
         }
     }
 }

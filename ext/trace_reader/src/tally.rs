@@ -9,9 +9,7 @@
 
 use crate::errors::{format_error, trace_error};
 use crate::sources::Source;
-use magnus::{
-    function, method, prelude::*, Error, IntoValue, RArray, RModule, RString, Ruby, Value,
-};
+use magnus::{prelude::*, Error, IntoValue, RArray, RModule, RString, Ruby, Value};
 use ruby_glue::gvl;
 use stapsdt::ring::scan::ReadAt;
 use stapsdt::ring::TraceError;
@@ -31,8 +29,9 @@ impl Tally {
     }
 
     fn lock(&self) -> MutexGuard<'_, tally::Tally> {
-        // A panic mid-scrape leaves the tally as it was before the scrape:
-        // a scrape adds what it read only once it read it all.
+        // A panic mid-scrape (raised as StaticTracing::InternalError) leaves
+        // the tally refusing to read on (`trace_metrics::tally::Tally::refused`):
+        // what it holds is still what earlier scrapes counted.
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -76,9 +75,13 @@ impl Tally {
     }
 
     /// `state`: the tally as a binary String, for another process to go on
-    /// from (`Tally.from_state`).
-    fn state(ruby: &Ruby, rb_self: &Self) -> RString {
-        ruby.str_from_slice(&rb_self.lock().state())
+    /// from (`Tally.from_state`), with what holds its reads of a ring to
+    /// the reads before (`trace_metrics::tally::Tally::state`).
+    fn state(ruby: &Ruby, rb_self: &Self) -> Result<RString, Error> {
+        let state = rb_self.lock().state();
+        state
+            .map(|bytes| ruby.str_from_slice(&bytes))
+            .map_err(|err| format_error(ruby, format!("the tally cannot be kept: {err}")))
     }
 
     /// `Tally.from_state(bytes)`: the tally `state` wrote; FormatError for
@@ -89,6 +92,12 @@ impl Tally {
         tally::Tally::from_state(&bytes)
             .map(|tally| Tally(Mutex::new(tally)))
             .map_err(|err| format_error(ruby, format!("not a tally: {err}")))
+    }
+
+    /// Why the ring is read no more (it contradicted what the scrapes
+    /// before found: `stapsdt::ring::continuity`), or nil.
+    fn refused(&self) -> Option<String> {
+        self.lock().refused().map(str::to_owned)
     }
 
     /// `[dropped, overwritten]`: records lost so far.
@@ -159,6 +168,7 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     class.define_method("scrape", method!(Tally::scrape, 1))?;
     class.define_method("finish", method!(Tally::finish, 1))?;
     class.define_method("lost", method!(Tally::lost, 0))?;
+    class.define_method("refused", method!(Tally::refused, 0))?;
     class.define_method("probe_list", method!(Tally::probes, 0))?;
     Ok(())
 }

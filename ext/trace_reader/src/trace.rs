@@ -2,7 +2,7 @@
 //! command's TraceFile (lib/static_tracing/cli/trace_file.rb), which shows
 //! its records to Ruby only when asked (the reports never do).
 
-use magnus::{method, prelude::*, Error, RArray, RModule, Ruby, Value};
+use magnus::{prelude::*, Error, RArray, RModule, Ruby, Value};
 use stapsdt::ring::format::type_name;
 use stapsdt::ring::{Arg, ProbeEntry};
 use trace_report::{RecordRef, Records, Trace as Read};

@@ -71,7 +71,7 @@ module StaticTracing
           port && port <= 65_535
 
         host = match[:host]
-        [host.empty? ? "0.0.0.0" : host, port]
+        [host.empty? ? nil : host, port]
       end
 
       def pids(args)
@@ -148,9 +148,8 @@ module StaticTracing
           return true if process.finished?
 
           problem = process.finish
-          @err.puts("#{PROGRAM}: process #{process.pid} exited: " \
-                    "#{problem ? "its ring could not be read to its end: #{problem}" : "read its ring to its end"}; " \
-                    "its series go #{going}")
+          read = problem ? "its ring could not be read to its end: #{CLI.shown(problem)}" : "read its ring to its end"
+          @err.puts("#{PROGRAM}: process #{process.pid} exited: #{read}; its series go #{going}")
           true
         end
 
@@ -252,7 +251,7 @@ module StaticTracing
             return
           end
           read_ring(published, ring)
-        rescue Error, SystemCallError => e
+        rescue Error, InternalError, SystemCallError => e
           raise Error, e.message if strict
 
           e.is_a?(Error) ? e.message : CLI.reason(e)

@@ -6,6 +6,8 @@ module StaticTracing
     # say): its ring is read, as export reads it, from now on for the time
     # asked, and the flight recording goes on. Any other recording, or one
     # that does not record what was asked, is refused with what to run.
+    # What the process's state says (its recording's id, its probes) is
+    # shown through CLI.shown.
     module FlightReading
       private
 
@@ -29,20 +31,23 @@ module StaticTracing
         missing = settings.probes.empty? ? ["every probe"] : settings.probes - flight
         return if flight.empty? || missing.empty?
 
+        flight = flight.map { |probe| CLI.shown(probe) }
+        missing = missing.map { |probe| CLI.shown(probe) }
+
         "keeps a flight recording of #{flight.join(", ")}, which does not record #{missing.join(", ")}: " \
           "read what it records (#{PROGRAM} record #{@pid} #{flight.join(" ")}), or stop it first " \
           "(#{PROGRAM} record #{@pid} --stop) and record what you asked"
       end
 
       def another_recording(running)
-        "is being recorded by another #{PROGRAM} record already (recording #{running["id"]}, which reads and frees " \
-          "its ring as it goes: a second reader would take records from it); wait for it to end, or stop it " \
-          "(#{PROGRAM} record #{@pid} --stop)"
+        "is being recorded by another #{PROGRAM} record already (recording #{CLI.shown(running["id"])}, " \
+          "which reads and frees its ring as it goes: a second reader would take records from it); " \
+          "wait for it to end, or stop it (#{PROGRAM} record #{@pid} --stop)"
       end
 
       def flight_probes(running)
         flight = Array(running["probes"])
-        flight.empty? ? "every probe" : flight.join(", ")
+        flight.empty? ? "every probe" : flight.map { |probe| CLI.shown(probe) }.join(", ")
       end
     end
   end

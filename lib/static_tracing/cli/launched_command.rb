@@ -15,6 +15,11 @@ module StaticTracing
     # to it. Its exit status becomes the command's.
     class LaunchedCommand
       POLL_INTERVAL = 0.05
+      # What a supervisor passes on to the program it runs rather than
+      # dies of, leaving the program behind and its trace unwritten: the
+      # interrupts, a hangup, and the signals applications take as requests
+      # (reopen logs, reload).
+      PASSED = %w[INT TERM HUP USR1 USR2].freeze
       SHOWN = 60
       # How a shell reports a program it could not run, or one killed by a signal.
       NOT_FOUND = 127
@@ -93,16 +98,16 @@ module StaticTracing
         @socket.close
       end
 
-      # Runs the block with SIGINT and SIGTERM passed on to the program
+      # Runs the block with the PASSED signals passed on to the program
       # instead of ending the command.
       def passing_signals(&)
-        previous = %w[INT TERM].to_h { |signal| [signal, Signal.trap(signal) { |_| pass_on(signal) }] }
+        previous = PASSED.to_h { |signal| [signal, Signal.trap(signal) { |_| pass_on(signal) }] }
         yield
       ensure
         previous&.each { |signal, old| Signal.trap(signal, old || "DEFAULT") }
       end
 
-      # SIGINT or SIGTERM the command got: a terminal's Ctrl-C reached the
+      # A PASSED signal the command got: a terminal's Ctrl-C reached the
       # program already, being its foreground job too; anything else is
       # passed on.
       def pass_on(signal)
@@ -154,7 +159,7 @@ module StaticTracing
         word, rest = line.split(" ", 2)
         return ControlChannel.new(Integer(rest, 10)) if word == "recording"
 
-        @refusal = rest if word == "refused"
+        @refusal = CLI.shown(rest) if word == "refused"
         nil
       rescue ArgumentError
         nil

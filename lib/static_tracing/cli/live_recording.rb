@@ -11,17 +11,21 @@ module StaticTracing
     # the command (the process stopped it, its lease lapsed while the
     # command was suspended, another command stopped it) is noticed, and
     # said, instead of being taken for a quiet one. Whatever ends it, what
-    # was read is kept: the ring stays open all along, and a ring whose
-    # process died is read to its last record.
+    # was read is kept: the ring stays open all along, a ring whose
+    # process died is read to its last record, and a ring its process
+    # rewrote under the reader (TraceReader::Follower refuses it) is read
+    # no more, and what was read before is written.
     class LiveRecording
       POLL_INTERVAL = 0.1
+      INTERRUPTS = %w[INT TERM].freeze
       CHECK_INTERVAL = 1.0
       # How often the progress line is written again.
       PROGRESS_INTERVAL = 0.5
 
       # Why following ended: :time (--seconds), :interrupt (Ctrl-C), :exited
-      # (the process is gone) or :cut_short (the recording ended under the
-      # command; +reason+ says how).
+      # (the process is gone), :cut_short (the recording ended under the
+      # command; +reason+ says how) or :refused (its ring could not be read
+      # on: +reason+ says why).
       Ending = Struct.new(:kind, :reason)
 
       attr_reader :recorder, :id, :reader, :ending, :status, :stop_failure
@@ -43,22 +47,30 @@ module StaticTracing
       # Follows the ring until +seconds+ pass (nil: no limit), the process
       # exits, the recording ends under the command or, unless +interrupt+
       # is given, Ctrl-C (SIGINT) or SIGTERM: +interrupt+ is then called
-      # instead, and following goes on. Then stops the recording (unless
-      # it ended already) and reads what is left. +opened+ is called once
-      # the ring is open. +progress+, a terminal, is shown the time
-      # recorded and the records read and lost so far on one line, as rbspy
-      # shows its own, cleared at the end. Returns self.
-      def follow(seconds: nil, interrupt: nil, opened: nil, progress: nil)
+      # instead, and following goes on (for every one of +signals+, which
+      # it traps meanwhile). Then stops the recording (unless it ended
+      # already) and reads what is left. +opened+ is called once the ring
+      # is open. +progress+, a terminal, is shown the time recorded and the
+      # records read and lost so far on one line, as rbspy shows its own,
+      # cleared at the end. Returns self.
+      def follow(seconds: nil, interrupt: nil, opened: nil, progress: nil, signals: INTERRUPTS)
         recorder.open_ring(write: !@borrowed) do |ring|
           @reader = TraceFile::RingReader.new(ring, from_now: @borrowed)
           @progress = progress
-          opened&.call
-          @ending = with_signals(interrupt) { poll(seconds && (CLI.monotonic + seconds)) }
+          # The signals are trapped before the program is let go (+opened+):
+          # one it gets as it starts (a terminal's Ctrl-C) is passed on.
+          @ending = with_signals(interrupt, signals) do
+            opened&.call
+            poll(seconds && (CLI.monotonic + seconds))
+          end
           clear_progress
-          stop if %i[time interrupt].include?(ending.kind) && !@borrowed
+          stop if %i[time interrupt refused].include?(ending.kind) && !@borrowed
           @finished = CLI.monotonic
           @status = final_status
-          reader.take_rest
+          take_rest
+          # What the block returns is how RingLocator tells an open ring
+          # from one that was gone: never nil.
+          ending
         end
         self
       end
@@ -68,15 +80,18 @@ module StaticTracing
         (@finished || CLI.monotonic) - @started
       end
 
+      # Whether it ended before it was asked to: the process ended the
+      # recording, or its ring could not be read on.
       def cut_short?
-        ending&.kind == :cut_short
+        %i[cut_short refused].include?(ending&.kind)
       end
 
       # The probes the recording named that its ring's probe table could
       # not hold, as far as the process listed them, and how many in all
       # (once it ended: as the process counted them as it ended it).
       def unrecorded
-        [Array(status&.fetch("unrecorded_probes", nil)).grep(String), status&.fetch("unrecorded", 0).to_i]
+        [Array(status&.fetch("unrecorded_probes", nil)).grep(String).map { |name| CLI.shown(name) },
+         status&.fetch("unrecorded", 0).to_i]
       end
 
       private
@@ -88,14 +103,14 @@ module StaticTracing
       end
 
       # SIGTERM is taken as Ctrl-C is (see Record#term_as_interrupt).
-      def with_signals(interrupt, &)
-        return with_trap(->(_) { raise Interrupt }, &) unless interrupt
+      def with_signals(interrupt, signals, &)
+        return with_trap(->(_) { raise Interrupt }, INTERRUPTS, &) unless interrupt
 
-        with_trap(interrupt, &)
+        with_trap(interrupt, signals, &)
       end
 
-      def with_trap(handler)
-        previous = %w[INT TERM].to_h { |signal| [signal, Signal.trap(signal) { handler.call(signal) }] }
+      def with_trap(handler, signals)
+        previous = signals.to_h { |signal| [signal, Signal.trap(signal) { handler.call(signal) }] }
         yield
       ensure
         previous&.each { |signal, old| Signal.trap(signal, old || "DEFAULT") }
@@ -116,6 +131,19 @@ module StaticTracing
         end
       rescue Interrupt
         Ending.new(:interrupt)
+      rescue TraceFile::FormatError => e
+        refused(e)
+      end
+
+      # The last read, unless the ring was refused (it then stays so).
+      def take_rest
+        reader.take_rest unless ending.kind == :refused
+      rescue TraceFile::FormatError => e
+        @ending = refused(e)
+      end
+
+      def refused(error)
+        Ending.new(:refused, "its ring could not be read on: #{error.message}")
       end
 
       def show_progress
@@ -123,7 +151,8 @@ module StaticTracing
 
         @shown = CLI.monotonic
         lost = reader.lost
-        @progress.print("\r\e[K#{format("%.1f", seconds)}s: #{reader.records_read} records read, " \
+        @progress.control("\r\e[K")
+        @progress.print("#{format("%.1f", seconds)}s: #{reader.records_read} records read, " \
                         "#{lost.zero? ? "none" : lost} lost")
         @progress.flush
       end
@@ -131,7 +160,7 @@ module StaticTracing
       def clear_progress
         return unless @progress && @shown
 
-        @progress.print("\r\e[K")
+        @progress.control("\r\e[K")
         @progress.flush
       end
 

@@ -11,9 +11,33 @@ module StaticTracing
     # on a thread of its own and closed after one answer; a request must
     # arrive whole within READ_TIMEOUT and in MAX_REQUEST bytes, and its
     # answer be taken within WRITE_TIMEOUT, so that no client can hold the
-    # server; at most MAX_CONNECTIONS are served at once. Ctrl-C or SIGTERM
-    # ends #run.
+    # server; at most MAX_CONNECTIONS are served at once. When all are
+    # taken, a new connection takes the place of the oldest one whose
+    # request has not come whole (answered 408 at once): connections that
+    # send nothing never keep a scraper out. Ctrl-C or SIGTERM ends #run.
     class MetricsServer
+      # A connection served: since when, and whether its request is still
+      # to come whole (only then may a newer connection take its place:
+      # +lock+ makes that and the end of the wait one or the other).
+      Connection = Struct.new(:socket, :thread, :since, :reading, :lock) do
+        # Ends the wait for the request, unless it has come; whether it did.
+        def evict
+          lock.synchronize do
+            next false unless reading
+
+            self.reading = false
+            socket.close
+            true
+          end
+        end
+
+        # The request has come: the connection is answered. False if it
+        # was evicted first.
+        def answering
+          lock.synchronize { reading.tap { self.reading = false } }
+        end
+      end
+
       PATH = "/metrics"
       CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
       MAX_REQUEST = 8192
@@ -26,14 +50,29 @@ module StaticTracing
                   408 => "Request Timeout", 431 => "Request Header Fields Too Large",
                   500 => "Internal Server Error", 503 => "Service Unavailable" }.freeze
 
-      # Listens on +host+:+port+ at once; raises Error when it cannot.
+      # Listens on +host+:+port+ at once (every interface, IPv6 and IPv4,
+      # for a nil +host+); raises Error when it cannot.
       def initialize(host, port, &metrics)
         @metrics = metrics
-        @server = TCPServer.new(host, port)
+        @server = host ? TCPServer.new(host, port) : every_interface(port)
         @scrape = Mutex.new
         @connections = []
       rescue SocketError, SystemCallError => e
         raise Error, "cannot listen on #{host}:#{port}: #{CLI.reason(e)}"
+      end
+
+      # One socket for both families (IPv4 as mapped addresses), or IPv4
+      # alone where the system has no IPv6.
+      def every_interface(port)
+        server = Socket.new(:INET6, :STREAM)
+        server.setsockopt(:SOCKET, :REUSEADDR, true)
+        server.setsockopt(:IPV6, :V6ONLY, false)
+        server.bind(Addrinfo.tcp("::", port))
+        server.listen(Socket::SOMAXCONN)
+        TCPServer.for_fd(server.fileno).tap { server.autoclose = false }
+      rescue Errno::EAFNOSUPPORT, Errno::EADDRNOTAVAIL
+        server&.close
+        TCPServer.new("0.0.0.0", port)
       end
 
       # Where it listens, as HOST:PORT (the port it was given, or the one
@@ -79,27 +118,52 @@ module StaticTracing
         socket = @server.accept_nonblock(exception: false)
         return if socket == :wait_readable
 
-        @connections.select!(&:alive?)
-        if @connections.size >= MAX_CONNECTIONS
-          respond(socket, 503, "too many connections at once\n")
-          return socket.close
+        @connections.select! { |connection| connection.thread.alive? }
+        return refuse(socket) if @connections.size >= MAX_CONNECTIONS && !evict_idle
+
+        connection = Connection.new(socket, nil, CLI.monotonic, true, Mutex.new)
+        connection.thread = Thread.new { serve(connection) }
+        @connections << connection
+      end
+
+      def refuse(socket)
+        respond(socket, 503, "too many connections at once\n")
+        socket.close
+      end
+
+      # Makes room: the oldest connection whose request has not come whole
+      # is closed. False if every one is being answered.
+      def evict_idle
+        @connections.select(&:reading).sort_by(&:since).each do |idle|
+          next unless idle.evict
+
+          @connections.delete(idle)
+          return true
         end
-        @connections << Thread.new(socket) { |client| serve(client) }
+        false
       end
 
       # Connections under way end by their own deadlines.
       def finish_connections
         deadline = CLI.monotonic + READ_TIMEOUT + WRITE_TIMEOUT + LINGER
-        @connections.each { |thread| thread.join([deadline - CLI.monotonic, 0].max) || thread.kill }
+        @connections.each do |connection|
+          connection.thread.join([deadline - CLI.monotonic, 0].max) || connection.thread.kill
+        end
       end
 
-      def serve(socket)
-        status, body = answer(read_request(socket))
+      def serve(connection)
+        socket = connection.socket
+        head = read_request(socket)
+        return unless connection.answering
+
+        status, body = answer(head)
         respond(socket, status, body)
+      rescue IOError
+        nil # evicted: its socket was closed under the wait
       rescue StandardError => e
         respond(socket, 500, "#{e.message}\n")
       ensure
-        linger(socket)
+        linger(socket) unless socket.closed?
       end
 
       # Closes the connection once the client has had the answer: what it

@@ -14,16 +14,32 @@ module StaticTracing
 
       WRITES = %i[write puts print printf << flush].freeze
 
-      # +io+ is written to; +name+ names it in messages ("stdout").
-      def initialize(io, name)
+      # What text written to a stream of +text+ passes through.
+      TEXT = %i[write puts print <<].freeze
+
+      # +io+ is written to; +name+ names it in messages ("stdout"). A +text+
+      # stream (stderr: the command's messages, which may quote another
+      # process's words) is sent no control character but newlines and
+      # tabs: whatever a message quotes, no escape sequence reaches the
+      # terminal (CLI.shown).
+      def initialize(io, name, text: false)
         @io = io
         @name = name
+        @text = text
       end
 
       WRITES.each do |method|
         define_method(method) do |*args|
+          args = args.map { |arg| arg.is_a?(String) ? CLI.shown(arg, lines: true) : arg } if text?(method)
           guarded { @io.public_send(method, *args) }
         end
+      end
+
+      # The command's own terminal control (its progress line cleared and
+      # written again), sent as it is: unlike text, it quotes no other
+      # process.
+      def control(sequence)
+        guarded { @io.print(sequence) }
       end
 
       def respond_to_missing?(method, include_private = false)
@@ -38,6 +54,10 @@ module StaticTracing
       end
 
       private
+
+      def text?(method)
+        @text && TEXT.include?(method)
+      end
 
       def guarded
         return if @failed

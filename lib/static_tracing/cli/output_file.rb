@@ -36,11 +36,31 @@ module StaticTracing
       # anyone who can write to the directory could have planted. Raises
       # CLI::Error naming the path and why (+contents+ says what was
       # written, for the message: "the report").
-      def write(path, replace: true, contents: nil, &block)
+      #
+      # +beside+, for what cannot be made again (a recording): where the
+      # destination has become what is never replaced since it was checked
+      # (a link planted meanwhile), the file is written under the first
+      # free name beside it instead, and +beside+ is called with why and
+      # that name, for the command to say.
+      def write(path, replace: true, contents: nil, beside: nil, &block)
         check(path, replace:, contents:)
         replace ? replace_file(path, &block) : create_free(path, &block)
+      rescue Refused => e
+        raise unless beside
+
+        create_free(path, &block).tap { |written| beside.call(e.reason, written) }
       rescue SystemCallError, IOError => e
         raise Error, message(path, contents, CLI.reason(e))
+      end
+
+      # What #check refuses: the destination, and why.
+      class Refused < Error
+        attr_reader :reason
+
+        def initialize(message, reason)
+          super(message)
+          @reason = reason
+        end
       end
 
       # Refuses, with the CLI::Error #write would raise, a destination that
@@ -62,8 +82,12 @@ module StaticTracing
 
       def check_destination(path, contents)
         stat = File.lstat(path)
-        refuse(path, contents, "it is a symbolic link, and #{PROGRAM} never writes through one") if stat.symlink?
-        refuse(path, contents, "it is #{KINDS.fetch(stat.ftype, stat.ftype)}, not a regular file") unless stat.file?
+        reason = if stat.symlink?
+                   "it is a symbolic link, and #{PROGRAM} never writes through one"
+                 elsif !stat.file?
+                   "it is #{KINDS.fetch(stat.ftype, stat.ftype)}, not a regular file"
+                 end
+        raise Refused.new(message(path, contents, reason), reason) if reason
       rescue Errno::ENOENT
         nil
       end

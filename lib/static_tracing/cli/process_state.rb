@@ -6,6 +6,7 @@ require_relative "../ring_directories"
 require_relative "../signal_rules"
 require_relative "errors"
 require_relative "process_dir"
+require_relative "shown"
 require_relative "private_file"
 
 module StaticTracing
@@ -226,7 +227,7 @@ module StaticTracing
                       control: own_file(path, data["control"], "control"),
                       recorder: recorder(path, data["recorder"]), recorder_reply: reply(data["recorder_reply"]),
                       recorder_ended: ended(data["recorder_ended"]),
-                      version: data["version"], ruby: data["ruby"])
+                      version: shown(data["version"]), ruby: shown(data["ruby"]))
       end
 
       # +file+ if it is the process's own file of that +kind+ next to its
@@ -256,15 +257,21 @@ module StaticTracing
       def reply(data)
         return unless data.is_a?(Hash) && data["id"].is_a?(String)
 
-        { "id" => data["id"], "ok" => data["ok"] == true, "message" => data["message"].to_s,
+        { "id" => data["id"], "ok" => data["ok"] == true, "message" => CLI.shown(data["message"]),
           "pending" => data["pending"] == true }
       end
 
       def ended(data)
         return unless data.is_a?(Hash) && data["id"].is_a?(String) && data["reason"].is_a?(String)
 
-        { "id" => data["id"], "reason" => data["reason"], "unrecorded" => published_count(data["unrecorded"]) || 0,
-          "unrecorded_probes" => Array(data["unrecorded_probes"]).grep(String) }
+        { "id" => data["id"], "reason" => CLI.shown(data["reason"]),
+          "unrecorded" => published_count(data["unrecorded"]) || 0,
+          "unrecorded_probes" => Array(data["unrecorded_probes"]).grep(String).map { |name| CLI.shown(name) } }
+      end
+
+      # Text the process published, only ever shown: escaped (CLI.shown).
+      def shown(text)
+        CLI.shown(text) if text.is_a?(String)
       end
 
       # A count the process published: a non-negative Integer, else none.

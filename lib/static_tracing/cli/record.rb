@@ -179,7 +179,7 @@ module StaticTracing
                  "until it exits#{@seconds ? " or #{format("%g", @seconds)}s pass" : ""} (Ctrl-C is passed to it)...")
         recording = LiveRecording.new(recorder, recorder.recording["id"], leased: false)
         recording.follow(seconds: @seconds, interrupt: ->(signal) { command.pass_on(signal) },
-                         opened: -> { command.ready })
+                         opened: -> { command.ready }, signals: LaunchedCommand::PASSED)
         finish(recording, @output ? output : default_output(recorder.pid))
         wait_for(command)
       rescue Error => e
@@ -225,8 +225,11 @@ module StaticTracing
         status = recorder.recording
         slots = status["size"] / TraceFile.reader::SLOT_SIZE
         out.puts("Process #{recorder.pid} keeps a flight recording of #{count(status["armed"], "probe")} " \
-                 "(#{patterns(settings)}) in #{status["ring"]}: the newest #{slots} one-Integer records or so.")
-        out.puts("Snapshots when #{status["dump_when"]}, into #{status["dump_dir"]}.") if status["dump_when"]
+                 "(#{patterns(settings)}) in #{CLI.shown(status["ring"])}: the newest #{slots} one-Integer records " \
+                 "or so.")
+        if status["dump_when"]
+          out.puts("Snapshots when #{CLI.shown(status["dump_when"])}, into #{CLI.shown(status["dump_dir"])}.")
+        end
         out.puts("#{PROGRAM} dump #{recorder.pid} -o FILE writes what it holds; " \
                  "#{PROGRAM} record #{recorder.pid} --stop ends it.")
         0

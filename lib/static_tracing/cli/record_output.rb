@@ -11,7 +11,9 @@ module StaticTracing
       # Writes what +recording+ read and reports it; the exit status says
       # whether it ran as asked.
       def finish(recording, output)
-        path = OutputFile.write(output, replace: !@output.nil?) { |file| recording.reader.write(file) }
+        path = OutputFile.write(output, replace: !@output.nil?, beside: lambda { |reason, written|
+          err.puts("#{PROGRAM}: not writing the trace to #{output}: #{reason}; it is in #{written} instead")
+        }) { |file| recording.reader.write(file) }
         report(path, recording)
         say_unrecorded(recording)
         if recording.stop_failure
@@ -43,7 +45,7 @@ module StaticTracing
 
       def report(path, recording)
         why = { time: "", interrupt: " (interrupted)", exited: " (the process exited)",
-                cut_short: " (cut short)" }.fetch(recording.ending.kind)
+                cut_short: " (cut short)", refused: " (cut short)" }.fetch(recording.ending.kind)
         # The report says how far apart the first record and the last are;
         # this, how long the recording ran.
         length = Durations.format((recording.seconds * 1e9).round)

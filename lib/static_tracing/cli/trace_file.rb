@@ -37,6 +37,10 @@ module StaticTracing
       # latency probe), +probe+ a Probe, +tid+ the thread, +args+ the values.
       Record = Struct.new(:seq, :time_ns, :probe, :tid, :args)
 
+      # Descriptors besides the files read: the standard streams, the
+      # output, the reader's own.
+      DESCRIPTORS_KEPT = 64
+
       class << self
         # The native reader (StaticTracing::TraceReader), loaded when first
         # needed: commands that read no file never load it.
@@ -52,13 +56,24 @@ module StaticTracing
 
         # Yields +path+ opened for reading once it is found a regular file.
         def open_regular(path)
-          File.open(path, File::RDONLY | File::NONBLOCK) do |file|
-            stat = file.stat
-            raise Error, "cannot read #{path}: it is a #{stat.ftype}, not a regular file" unless stat.file?
-
+          file = opened_regular(path)
+          begin
             yield file
+          ensure
+            file.close
           end
+        end
+
+        # +path+ opened for reading, once it is found a regular file.
+        def opened_regular(path)
+          file = File.open(path, File::RDONLY | File::NONBLOCK)
+          stat = file.stat
+          return file if stat.file?
+
+          file.close
+          raise Error, "cannot read #{path}: it is a #{stat.ftype}, not a regular file"
         rescue SystemCallError => e
+          file&.close
           raise Error, "cannot read #{path}: #{CLI.reason(e)}"
         end
 
@@ -75,11 +90,28 @@ module StaticTracing
 
         # The files at +paths+ read, for a report (TraceReader::Traces: #check
         # refuses what a format cannot make of them, #report writes it).
-        def load(paths, opened = [])
-          return reader.load(opened.map { |file, path| [source(file), path] }) if opened.size == paths.size
+        # They are open together while the reader reads them (a fleet's
+        # dumps are thousands): opened one after the other, and as many
+        # descriptors allowed as the hard limit lets.
+        def load(paths)
+          allow_descriptors(paths.size)
+          opened = []
+          paths.each { |path| opened << [opened_regular(path), path] }
+          reader.load(opened.map { |file, path| [source(file), path] })
+        ensure
+          opened&.each { |file, _path| file.close }
+        end
 
-          path = paths[opened.size]
-          open_regular(path) { |file| load(paths, [*opened, [file, path]]) }
+        # Room for +count+ more descriptors than the command holds, up to the
+        # hard limit: past it, opening a file says "Too many open files".
+        def allow_descriptors(count)
+          soft, hard = ::Process.getrlimit(:NOFILE)
+          wanted = count + DESCRIPTORS_KEPT
+          return if wanted <= soft
+
+          ::Process.setrlimit(:NOFILE, hard == ::Process::RLIM_INFINITY ? wanted : [wanted, hard].min, hard)
+        rescue SystemCallError, NotImplementedError
+          nil
         end
 
         # What the live ring open as +ring+ (named +name+) holds now, as a

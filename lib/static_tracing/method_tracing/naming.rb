@@ -16,6 +16,8 @@ module StaticTracing
   # naming both.
   module MethodTracing
     IDENTIFIER = /\A[[:alpha:]_][[:alnum:]_]*[?!=]?\z/
+    MODULE_NAME = Module.instance_method(:name)
+    MODULE_INSPECT = Module.instance_method(:inspect)
     CLASS_METHOD_PREFIX = "self_"
 
     # Provider name => probe name => the method holding it, as
@@ -49,9 +51,18 @@ module StaticTracing
       # "Foo#bar", or "Foo.bar" for a class method.
       def method_label(klass, method_name)
         attached = attached_module(klass) if klass.singleton_class?
-        return "#{attached.name || attached.inspect}.#{method_name}" if attached
+        return "#{module_name(attached)}.#{method_name}" if attached
 
-        "#{klass.name || klass.inspect}##{method_name}"
+        "#{module_name(klass)}##{method_name}"
+      end
+
+      # A module's name as Ruby knows it ("Admin::Users", or "#<Class:0x...>"
+      # for an anonymous one), whatever its own +name+ or +inspect+ says: a
+      # class may define those, and a label made of them (a frame of
+      # StackTracer's folded stacks) would say what it likes (a ";" there
+      # would split the frame in two).
+      def module_name(mod)
+        MODULE_NAME.bind_call(mod) || MODULE_INSPECT.bind_call(mod)
       end
 
       # The class or module whose singleton class +singleton+ is, or nil

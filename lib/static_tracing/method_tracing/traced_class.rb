@@ -79,7 +79,7 @@ module StaticTracing
 
       def initialize(owner, kind)
         super()
-        @label = "#{self.class.name}(#{owner.name || owner.inspect}, #{kind})"
+        @label = "#{self.class.name}(#{MethodTracing.module_name(owner)}, #{kind})"
         @constants = {}
         # Method name => [what its wrapper was compiled from, the wrapper].
         @compiled = {}

@@ -19,8 +19,11 @@ module StaticTracing
     #
     # The workers are this process and the other children of its parent
     # (a unicorn or puma master) that run the same program as the same
-    # user; a process whose parent runs another program (a server without
-    # workers) serves its own ring only. Each worker's ring is the one its
+    # user and were forked from the same exec of it (the same auxiliary
+    # vector, which fork copies and exec makes anew): a program its parent
+    # started beside it (a foreman-like supervisor's other processes) is
+    # not one of them; a process whose parent runs another program (a
+    # server without workers) serves its own ring only. Each worker's ring is the one its
     # own state file names, which must be that process's (its pid and
     # start time), opened as the command opens one (StaticTracing::RingLocator).
     # Rings are read only: nothing is asked of a worker, nothing starts
@@ -98,7 +101,7 @@ module StaticTracing
         parent = ::Process.ppid
         return [own] unless same_program?(parent)
 
-        ([own] + children(parent)).uniq.select { |pid| pid == own || same_program?(pid) }
+        ([own] + children(parent)).uniq.select { |pid| pid == own || (same_program?(pid) && same_image?(pid)) }
       end
 
       private
@@ -226,6 +229,19 @@ module StaticTracing
         dir = File.join(@proc, pid.to_s)
         File.stat(dir).uid == ::Process.euid &&
           File.readlink(File.join(dir, "exe")) == File.readlink(File.join(@proc, "self", "exe"))
+      rescue SystemCallError
+        false
+      end
+
+      # Whether +pid+ was forked from the process this one was forked from,
+      # and never exec'd since: the auxiliary vector the kernel gave the
+      # program at exec (where its stack, its random bytes and its file name
+      # were put, different at each exec) is copied at fork, so a master's
+      # workers all have the master's, and a program a supervisor started
+      # beside this one (another exec) has its own.
+      def same_image?(pid)
+        @own_image ||= File.binread(File.join(@proc, "self", "auxv"))
+        File.binread(File.join(@proc, pid.to_s, "auxv")) == @own_image
       rescue SystemCallError
         false
       end

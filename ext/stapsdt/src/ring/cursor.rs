@@ -41,8 +41,10 @@ pub struct Lost {
 }
 
 impl Lost {
+    /// Saturating, as the sums below: the counters come from a file its
+    /// process may have written anything in.
     pub fn total(self) -> u64 {
-        self.dropped + self.overwritten
+        self.dropped.saturating_add(self.overwritten)
     }
 }
 
@@ -51,8 +53,8 @@ impl std::ops::Add for Lost {
 
     fn add(self, other: Lost) -> Lost {
         Lost {
-            dropped: self.dropped + other.dropped,
-            overwritten: self.overwritten + other.overwritten,
+            dropped: self.dropped.saturating_add(other.dropped),
+            overwritten: self.overwritten.saturating_add(other.overwritten),
         }
     }
 }
@@ -109,7 +111,7 @@ impl Cursor {
         let from = self.position.clamp(head.saturating_sub(slot_count), head);
         let position = self.position;
         let mut read = 0;
-        opened.scan(source, from + slot_count - head, |record, slots| {
+        opened.scan(source, slot_count - (head - from), |record, slots| {
             // A record a lap older than the position can still be in its
             // slot (its overwriter gave up): read before, or lost.
             if record.seq >= position {

@@ -8,6 +8,7 @@
 //! the writer reuse the slots before it. In flight mode (overwrite) the
 //! writer does not wait: what it overwrote before a read is lost.
 
+use super::continuity::Continuity;
 use super::cursor::{Cursor, Lost};
 use super::format::{offset, ProbeEntry, Slot, SLOT_SIZE};
 use super::live_threads::live_names;
@@ -32,7 +33,13 @@ impl RingSource for File {
 /// A live ring followed.
 pub struct Follower {
     name: String,
+    /// The last read that agreed with the ones before: what is written.
     opened: Opened,
+    /// What the reads found, which each read must agree with: a ring its
+    /// process rewrote is read no more, and what was read of it is kept.
+    continuity: Continuity,
+    /// Why it is read no more, once it contradicted the reads before.
+    refused: Option<String>,
     cursor: Cursor,
     held: Held,
     /// The names of the threads of the records held, read while the
@@ -66,6 +73,8 @@ impl Follower {
         Ok(Follower {
             name: name.to_owned(),
             cursor: Cursor::at(opened.counters.tail),
+            continuity: Continuity::of(&opened, None),
+            refused: None,
             opened,
             held: Held::default(),
             thread_names: BTreeMap::new(),
@@ -82,10 +91,19 @@ impl Follower {
     /// row agree (a few tries at most), so that a record being reserved as
     /// it starts (its slots counted in `head` before it is counted in
     /// `records`) is not taken for one of its own, lost.
+    ///
+    /// Each of those reads is held to the ones before (see
+    /// [`super::continuity`]), as every later read is: a ring rewritten
+    /// while it starts is refused.
     pub fn from_now(file: &(impl RingSource + ?Sized), name: &str) -> Result<Follower, TraceError> {
         let mut opened = open(file, name)?;
+        let mut continuity = Continuity::of(&opened, None);
         for _ in 0..100 {
             let again = open(file, name)?;
+            continuity
+                .agrees(&again)
+                .map_err(|err| TraceError::of(name, err.into()))?;
+            continuity.advance(&again);
             let settled = again.counters.head == opened.counters.head
                 && again.counters.records == opened.counters.records;
             opened = again;
@@ -107,6 +125,8 @@ impl Follower {
             name: name.to_owned(),
             cursor,
             opened,
+            continuity,
+            refused: None,
             held: Held::default(),
             thread_names: BTreeMap::new(),
             process: None,
@@ -131,27 +151,47 @@ impl Follower {
     }
 
     /// A read: what it found held, the cursor moved, the position stored,
-    /// the threads named; a read that fails holds nothing it found.
+    /// the threads named; a read that fails holds nothing it found. A
+    /// ring that contradicts the reads before (see
+    /// [`super::continuity`]) is refused, then and at every later read.
     fn read(
         &mut self,
         file: &(impl RingSource + ?Sized),
         read: impl FnOnce(&mut Cursor, &Opened, &mut Held) -> Result<u64, scan::ReadError>,
     ) -> Result<u64, TraceError> {
-        self.opened = open(file, &self.name)?;
+        if let Some(refused) = &self.refused {
+            return Err(TraceError::Format(refused.clone()));
+        }
+        let opened = open(file, &self.name)?;
+        if let Err(err) = self.continuity.agrees(&opened) {
+            let err = TraceError::of(&self.name, err.into());
+            self.refused = Some(err.to_string());
+            return Err(err);
+        }
+        self.opened = opened;
         let (bytes, records) = (self.held.len(), self.held.records());
         let found = read(&mut self.cursor, &self.opened, &mut self.held).map_err(|err| {
             self.held.truncate(bytes, records);
             TraceError::of(&self.name, err)
         })?;
+        self.continuity.advance(&self.opened);
         self.store_tail(file)?;
         self.name_threads(bytes);
         Ok(found)
     }
 
+    /// Why the ring is read no more, if it is not.
+    pub fn refused(&self) -> Option<&str> {
+        self.refused.as_deref()
+    }
+
     pub fn counts(&self) -> Counts {
         let mut cursor = self.cursor;
-        cursor.lost.dropped -= self.before.dropped;
-        cursor.lost.overwritten -= self.before.overwritten;
+        cursor.lost.dropped = cursor.lost.dropped.saturating_sub(self.before.dropped);
+        cursor.lost.overwritten = cursor
+            .lost
+            .overwritten
+            .saturating_sub(self.before.overwritten);
         counts(&cursor)
     }
 
@@ -284,8 +324,8 @@ fn write(
     let origin = Origin {
         header: &opened.header,
         table: &table,
-        records_total: opened.counters.records - before.overwritten,
-        dropped: opened.counters.dropped - before.dropped,
+        records_total: opened.counters.records.saturating_sub(before.overwritten),
+        dropped: opened.counters.dropped.saturating_sub(before.dropped),
     };
     trace_file::write(out, &origin, held, thread_names)
 }

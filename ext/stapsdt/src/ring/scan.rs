@@ -18,7 +18,8 @@ use super::format::{
 use std::fmt;
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, MetadataExt};
 
 /// Where a file's bytes are.
 pub trait ReadAt {
@@ -27,6 +28,26 @@ pub trait ReadAt {
     /// Reads into `buf` from `offset`, as pread does: fewer bytes than
     /// asked at the file's end, 0 past it.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// Which file it is, where that can be told: a reader that reads a
+    /// ring again knows by it a ring rewritten from a new one.
+    fn file_id(&self) -> io::Result<Option<FileId>> {
+        Ok(None)
+    }
+    /// Where the first byte at or after `offset` that may not be zero is:
+    /// past a hole of a sparse file, which reads as zeros; `offset` where
+    /// the source cannot tell, `None` if nothing but zeros follows. A read
+    /// skips what is in a hole, so that its time follows the bytes written
+    /// rather than the length a file claims.
+    fn data_from(&self, offset: u64) -> io::Result<Option<u64>> {
+        Ok(Some(offset))
+    }
+}
+
+/// A file, by its device and inode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FileId {
+    pub dev: u64,
+    pub ino: u64,
 }
 
 impl ReadAt for [u8] {
@@ -51,6 +72,41 @@ impl ReadAt for File {
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         FileExt::read_at(self, buf, offset)
+    }
+
+    fn file_id(&self) -> io::Result<Option<FileId>> {
+        let metadata = self.metadata()?;
+        Ok(Some(FileId {
+            dev: metadata.dev(),
+            ino: metadata.ino(),
+        }))
+    }
+
+    fn data_from(&self, offset: u64) -> io::Result<Option<u64>> {
+        let Ok(at) = libc::off_t::try_from(offset) else {
+            return Ok(Some(offset));
+        };
+        let fd = self.as_raw_fd();
+        // SAFETY: lseek on the descriptor this File holds open. SEEK_DATA
+        // moves the file's offset, which no read here uses (they are
+        // pread); it is put back where it was, for whoever shares it.
+        let found = unsafe {
+            let was = libc::lseek(fd, 0, libc::SEEK_CUR);
+            let found = libc::lseek(fd, at, libc::SEEK_DATA);
+            let errno = io::Error::last_os_error();
+            if was >= 0 {
+                libc::lseek(fd, was, libc::SEEK_SET);
+            }
+            if found < 0 {
+                return Ok(match errno.raw_os_error() {
+                    Some(libc::ENXIO) => None,
+                    // A file system that cannot tell holes: read it all.
+                    _ => Some(offset),
+                });
+            }
+            found
+        };
+        Ok(Some(found as u64))
     }
 }
 
@@ -251,6 +307,11 @@ impl Opened {
             let part_end = slot_count.min(index + WINDOW_SLOTS);
             let len = slot_count.min(part_end - index + reach);
             let position = self.position(index);
+            if self.in_a_hole(source, position, len)? {
+                // Zeros: no record starts there.
+                index = part_end;
+                continue;
+            }
             self.read_window(source, position, len, &mut window)?;
             let part = Part {
                 window: &window,
@@ -483,6 +544,23 @@ impl Opened {
     fn position(&self, index: u64) -> u64 {
         let slot_count = self.header.slot_count;
         (self.counters.head % slot_count + index % slot_count) % slot_count
+    }
+
+    /// Whether the `len` slots from `position` (wrapping past the last
+    /// slot) are all in holes of the file, and so zeros.
+    fn in_a_hole(
+        &self,
+        source: &(impl ReadAt + ?Sized),
+        position: u64,
+        len: u64,
+    ) -> Result<bool, ReadError> {
+        let first = len.min(self.header.slot_count - position);
+        let hole = |from: u64, slots: u64| -> Result<bool, ReadError> {
+            let start = self.header.ring_offset + from * SLOT_SIZE;
+            let end = start + slots * SLOT_SIZE;
+            Ok(source.data_from(start)?.is_none_or(|data| data >= end))
+        };
+        Ok(hole(position, first)? && (first == len || hole(0, len - first)?))
     }
 
     /// Reads `len` slots (at most slot_count) from `position`, wrapping,

@@ -796,3 +796,164 @@ fn a_flight_ring_written_faster_than_it_is_read_keeps_its_newest_records() {
     assert_eq!(trace.lost(), 2 * slots - values.len() as u64);
     drop(ring);
 }
+
+fn put_bytes(bytes: &mut [u8], at: usize, value: &[u8]) {
+    bytes[at..at + value.len()].copy_from_slice(value);
+}
+
+#[test]
+fn a_ring_read_again_as_its_writer_leaves_it_agrees_with_the_reads_before() {
+    use super::continuity::{Continuity, Next};
+    let config = config(16, true);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let first = ring
+        .add_probe("app", "first", &[ArgType::Int64], None, None)
+        .unwrap();
+    let opened = |bytes: &[u8]| scan::open(bytes, scan::Pass::Live).unwrap();
+    let mut seen = Continuity::of(&opened(&memory.bytes()), None);
+    assert!(ring.record_integer(first, 1, 7, 5));
+    ring.add_probe("app", "later", &[ArgType::Int64], None, None)
+        .unwrap();
+    let later = opened(&memory.bytes());
+    assert_eq!(seen.next(&later, None).unwrap(), Next::Same);
+    seen.advance(&later);
+    assert_eq!(seen.probes().len(), 2);
+    drop(ring);
+}
+
+#[test]
+fn a_ring_rewritten_under_its_reader_is_refused_saying_what_changed() {
+    use super::continuity::{Continuity, Next};
+    use super::scan::FileId;
+    let config = config(16, true);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let first = ring
+        .add_probe("app", "first", &[ArgType::Int64], None, None)
+        .unwrap();
+    ring.add_probe("app", "later", &[ArgType::Int64], None, None)
+        .unwrap();
+    assert!(ring.record_integer(first, 1, 7, 5));
+    let base = memory.bytes();
+    drop(ring);
+    let opened = |bytes: &[u8]| scan::open(bytes, scan::Pass::Live).unwrap();
+    let seen = Continuity::of(&opened(&base), None);
+    let refused = |edit: &dyn Fn(&mut Vec<u8>), message: &str| {
+        let mut bytes = base.clone();
+        edit(&mut bytes);
+        let err = seen.next(&opened(&bytes), None).unwrap_err();
+        assert!(
+            err.message().contains(message),
+            "{message:?} not in {:?}",
+            err.message()
+        );
+        assert!(err.message().starts_with("the ring was rewritten"));
+    };
+    refused(
+        &|bytes| put_bytes(bytes, offset::TABLE_USED, &24u32.to_le_bytes()),
+        "its probe table shrank from 2 entries to 1 (a table only grows)",
+    );
+    refused(
+        &|bytes| put_bytes(bytes, offset::MAX_STRING, &16u32.to_le_bytes()),
+        "its header field max_string changed from 1024 to 16",
+    );
+    refused(
+        &|bytes| put_bytes(bytes, offset::HEAD, &0u64.to_le_bytes()),
+        "its counter head went back from 1 to 0",
+    );
+    refused(
+        &|bytes| put_bytes(bytes, offset::RECORDS, &0u64.to_le_bytes()),
+        "its counter records went back from 1 to 0",
+    );
+    // A stamp keeps 48 bits of a sequence number: a head moved on by 2^48
+    // would have the record read before read again.
+    refused(
+        &|bytes| put_bytes(bytes, offset::HEAD, &(1u64 + (1 << 48)).to_le_bytes()),
+        "its counter head leapt from 1 to 281474976710657",
+    );
+    // Entry 0's names, from 4112: "app", then "first", made "firsu".
+    refused(
+        &|bytes| bytes[4112 + 3 + 4] += 1,
+        "its probe table entry 0 changed from probe app:first(Integer) to probe app:firsu(Integer)",
+    );
+    // Where files cannot be told apart, a ring made at another time is
+    // another ring; in the same file, a header rewritten.
+    let mut moved = base.clone();
+    put_bytes(
+        &mut moved,
+        offset::ANCHOR_MONOTONIC_NS,
+        &99u64.to_le_bytes(),
+    );
+    assert_eq!(seen.next(&opened(&moved), None).unwrap(), Next::Other);
+    let file = Some(FileId { dev: 1, ino: 2 });
+    let in_file = Continuity::of(&opened(&base), file);
+    let err = in_file.next(&opened(&moved), file).unwrap_err();
+    assert!(
+        err.message()
+            .contains("its header field anchor_monotonic_ns changed from 1000000 to 99"),
+        "{}",
+        err.message()
+    );
+    let other = Some(FileId { dev: 1, ino: 3 });
+    assert_eq!(in_file.next(&opened(&moved), other).unwrap(), Next::Other);
+}
+
+/// A file read through, counting the bytes read.
+struct Counted {
+    file: std::fs::File,
+    read: std::cell::Cell<u64>,
+}
+
+impl scan::ReadAt for Counted {
+    fn file_len(&self) -> std::io::Result<u64> {
+        self.file.file_len()
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        let read = scan::ReadAt::read_at(&self.file, buf, offset)?;
+        self.read.set(self.read.get() + read as u64);
+        Ok(read)
+    }
+
+    fn data_from(&self, offset: u64) -> std::io::Result<Option<u64>> {
+        self.file.data_from(offset)
+    }
+}
+
+#[test]
+#[cfg_attr(miri, ignore)] // files and lseek
+fn a_sparse_file_is_read_for_what_it_holds_not_for_the_length_it_claims() {
+    // A valid header claiming 2^25 slots (1 GiB), all of them a hole.
+    let config = config(16, false);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let mut bytes = memory.bytes();
+    drop(ring);
+    let slots: u64 = 1 << 25;
+    put_bytes(&mut bytes, offset::SLOT_COUNT, &slots.to_le_bytes());
+    let ring_offset = config.ring_offset() as usize;
+    let path = std::env::temp_dir().join(format!("stapsdt-sparse-{}", std::process::id()));
+    std::fs::write(&path, &bytes[..ring_offset]).unwrap();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    file.set_len(ring_offset as u64 + slots * format::SLOT_SIZE)
+        .unwrap();
+    let counted = Counted {
+        file,
+        read: std::cell::Cell::new(0),
+    };
+    let trace = scan::read(&counted, scan::Pass::Once).unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(trace.records.is_empty());
+    assert_eq!(trace.header.slot_count, slots);
+    // The header and table, and no window of the hole.
+    assert!(
+        counted.read.get() < 1 << 20,
+        "{} bytes read",
+        counted.read.get()
+    );
+}

@@ -411,6 +411,6 @@ pub fn init() {
 /// `StaticTracing::Native.define_c_wrapper`.
 pub(super) fn define_natives(native: RModule) -> Result<(), Error> {
     use magnus::Object;
-    native.define_singleton_method("define_c_wrapper", magnus::function!(define, 6))?;
+    native.define_singleton_method("define_c_wrapper", function!(define, 6))?;
     Ok(())
 }

@@ -52,7 +52,7 @@ pub(super) fn set(ruby: &Ruby, klass: Value, state: Value) -> Result<Value, Erro
 
 /// The classes' state on `StaticTracing::Native`, for method wrappers.
 pub(super) fn define_natives(native: magnus::RModule) -> Result<(), magnus::Error> {
-    use magnus::{function, Object};
+    use magnus::Object;
     native.define_singleton_method("class_state", function!(get, 1))?;
     native.define_singleton_method("set_class_state", function!(set, 2))?;
     Ok(())

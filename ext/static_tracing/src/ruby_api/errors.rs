@@ -10,6 +10,7 @@ struct ErrorClasses {
     base: Opaque<ExceptionClass>,
     provider_load: Opaque<ExceptionClass>,
     recorder: Opaque<ExceptionClass>,
+    internal: Opaque<ExceptionClass>,
 }
 
 static CLASSES: OnceLock<ErrorClasses> = OnceLock::new();
@@ -24,6 +25,7 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
         base: resolve(ruby, "Error")?.into(),
         provider_load: resolve(ruby, "ProviderLoadError")?.into(),
         recorder: resolve(ruby, "RecorderError")?.into(),
+        internal: resolve(ruby, "InternalError")?.into(),
     };
     let _ = CLASSES.set(classes);
     Ok(())
@@ -52,6 +54,12 @@ fn class(ruby: &Ruby, pick: fn(&ErrorClasses) -> Opaque<ExceptionClass>) -> Exce
         .get()
         .map(|classes| ruby.get_inner(pick(classes)))
         .unwrap_or_else(|| ruby.exception_runtime_error())
+}
+
+/// `StaticTracing::InternalError`, which a panic at an entry point raises
+/// (`ruby_glue::panics::guard`).
+pub fn internal_error_class(ruby: &Ruby) -> ExceptionClass {
+    class(ruby, |classes| classes.internal)
 }
 
 /// `StaticTracing::Error`, the base of the gem's own errors.

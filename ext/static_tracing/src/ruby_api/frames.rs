@@ -134,7 +134,7 @@ pub fn caller_self(depth: usize) -> Value {
 
 /// The frames' primitives on `StaticTracing::Native`, for method wrappers.
 pub(super) fn define_natives(native: magnus::RModule) -> Result<(), magnus::Error> {
-    use magnus::{function, Object};
+    use magnus::Object;
     native.define_singleton_method("folded_stack", function!(folded_stack, 3))?;
     native.define_singleton_method("caller_self", function!(caller_self, 1))?;
     Ok(())

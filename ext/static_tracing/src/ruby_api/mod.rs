@@ -13,7 +13,7 @@
 mod arguments;
 mod c_method_wrapper;
 mod class_state;
-mod errors;
+pub(crate) mod errors;
 mod frames;
 mod native;
 mod provider;
@@ -36,7 +36,7 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     // First: every other init may raise one of the gem's errors.
     errors::init(ruby)?;
     native::init(ruby)?;
-    root(ruby).define_singleton_method("nsec", magnus::function!(signals::nsec, 0))?;
+    root(ruby).define_singleton_method("nsec", function!(signals::nsec, 0))?;
     c_method_wrapper::init();
     provider::init(ruby)?;
     tracepoint::init(ruby)?;

@@ -5,7 +5,7 @@
 
 use super::{c_method_wrapper, class_state, frames, provider, recorder, root, signals, watcher};
 use crate::internal_probes;
-use magnus::{function, Error, Module, Object, Ruby};
+use magnus::{Error, Module, Object, Ruby};
 use stapsdt::names::NameKind;
 
 /// Does nothing: the cost of a call into this extension, which `rake bench`

@@ -14,9 +14,7 @@ use crate::internal_probes;
 use crate::semaphore_poller;
 use crate::site_slot::SiteSlot;
 use magnus::{
-    function,
     gc::Marker,
-    method,
     prelude::*,
     r_hash::ForEach,
     rb_sys::{protect, AsRawValue, FromRawValue},

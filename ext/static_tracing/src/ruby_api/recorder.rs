@@ -215,7 +215,7 @@ pub(super) fn open_control(ruby: &Ruby) -> Result<(i32, String), Error> {
 /// The recorder's primitives on `StaticTracing::Native`, and the control
 /// channel its commands come through.
 pub(super) fn define_natives(native: magnus::RModule) -> Result<(), Error> {
-    use magnus::{function, Object};
+    use magnus::Object;
     native.define_singleton_method("recorder_start", function!(start, 4))?;
     native.define_singleton_method("recorder_stop", function!(stop, 0))?;
     native.define_singleton_method("recorder_arm", function!(arm, 3))?;

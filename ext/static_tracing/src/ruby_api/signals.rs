@@ -13,7 +13,7 @@
 //! signal again chains whatever handler is there at that moment.
 
 use libc::{c_int, c_void, siginfo_t};
-use magnus::{function, Error, Object, RModule, Ruby};
+use magnus::{Error, Object, RModule, Ruby};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};

@@ -10,8 +10,8 @@ use crate::recording::{Mark, NO_TRIGGER};
 use crate::site_slot::SiteSlot;
 use magnus::rb_sys::AsRawValue;
 use magnus::{
-    gc::Marker, method, prelude::*, typed_data::Obj, value::Opaque, DataTypeFunctions, Error,
-    RArray, Ruby, Symbol, TypedData, Value,
+    gc::Marker, prelude::*, typed_data::Obj, value::Opaque, DataTypeFunctions, Error, RArray, Ruby,
+    Symbol, TypedData, Value,
 };
 use stapsdt::{ArgType, ProbeSpec};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};

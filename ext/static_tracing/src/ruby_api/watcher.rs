@@ -50,7 +50,7 @@ pub(super) fn poller(ruby: &Ruby) -> RArray {
 
 /// Attach mode's primitives on `StaticTracing::Native`, for the Watcher.
 pub(super) fn define_natives(native: magnus::RModule) -> Result<(), Error> {
-    use magnus::{function, Object};
+    use magnus::Object;
     native.define_singleton_method("watch_attach", function!(watch, 1))?;
     native.define_singleton_method("unwatch_attach", function!(semaphore_poller::unwatch, 1))?;
     native.define_singleton_method("attach_changes", function!(changes, 0))?;

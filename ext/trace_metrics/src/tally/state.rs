@@ -4,21 +4,34 @@
 //! the same whichever answers. Plain numbers, little-endian, versioned;
 //! bytes that are not a tally this version wrote are refused, never
 //! trusted (a probe index out of range, a length past the end).
+//!
+//! What holds each read of a ring to the reads before is in it too (the
+//! ring's continuity, why it was refused, the files of the rings read
+//! before, whether a scrape never returned): a worker that takes the
+//! tally on refuses what the one before refused, and counts nothing
+//! twice.
 
-use super::{Histogram, Identity, ProbeTally, RingRead, Tally};
+use super::{Histogram, ProbeTally, RingRead, Tally, LEFT_FILES};
+use stapsdt::ring::continuity::Continuity;
+use stapsdt::ring::scan::FileId;
 use stapsdt::ring::{Cursor, Lost};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
-const MAGIC: &[u8; 8] = b"STTALLY\x01";
+const MAGIC: &[u8; 8] = b"STTALLY\x02";
 
 impl Tally {
-    /// The tally as bytes ([`Tally::from_state`] reads them back).
-    pub fn state(&self) -> Vec<u8> {
+    /// The tally as bytes ([`Tally::from_state`] reads them back); an
+    /// error if a probe it read would not encode (the reader checks every
+    /// entry it reads as the writer does, so none should).
+    pub fn state(&self) -> Result<Vec<u8>, String> {
         let mut out = Out(MAGIC.to_vec());
         out.text(&self.name);
         out.u64(u64::try_from(self.grace.as_nanos()).unwrap_or(u64::MAX));
         out.lost(self.lost_before);
+        out.flag(self.scraping);
+        out.len(self.left.len());
+        self.left.iter().for_each(|&file| out.file(file));
         out.len(self.probes.len());
         for probe in &self.probes {
             out.text(&probe.provider);
@@ -33,12 +46,20 @@ impl Tally {
         }
         out.flag(self.ring.is_some());
         if let Some(ring) = &self.ring {
-            let identity = &ring.identity;
-            out.u64(identity.anchor_monotonic_ns);
-            out.u64(identity.anchor_realtime_ns as u64);
-            out.u64(identity.slot_count);
-            out.flag(identity.overwrite);
-            out.u64(identity.pid);
+            out.flag(ring.continuity.file().is_some());
+            if let Some(file) = ring.continuity.file() {
+                out.file(file);
+            }
+            let continuity = ring
+                .continuity
+                .encode()
+                .map_err(|err| format!("{}: {err}", self.name))?;
+            out.len(continuity.len());
+            out.0.extend_from_slice(&continuity);
+            out.flag(ring.refused.is_some());
+            if let Some(refused) = &ring.refused {
+                out.text(refused);
+            }
             let cursor = &ring.cursor;
             out.u64(cursor.position);
             out.u64(cursor.read);
@@ -50,7 +71,7 @@ impl Tally {
             out.len(ring.probes.len());
             ring.probes.iter().for_each(|&index| out.u64(index as u64));
         }
-        out.0
+        Ok(out.0)
     }
 
     /// A tally from [`Tally::state`]'s bytes; an error says what is wrong.
@@ -62,6 +83,17 @@ impl Tally {
         let name = input.text()?;
         let grace = Duration::from_nanos(input.u64()?);
         let lost_before = input.lost()?;
+        let scraping = input.flag()?;
+        let left_count = input.len(16)?;
+        if left_count > LEFT_FILES {
+            return Err(format!(
+                "{left_count} files read before, of {LEFT_FILES} kept"
+            ));
+        }
+        let mut left = VecDeque::with_capacity(left_count);
+        for _ in 0..left_count {
+            left.push_back(input.file()?);
+        }
         let count = input.len(8)?;
         let mut probes = Vec::with_capacity(count);
         let mut by_label = HashMap::with_capacity(count);
@@ -94,12 +126,18 @@ impl Tally {
             });
         }
         let ring = if input.flag()? {
-            let identity = Identity {
-                anchor_monotonic_ns: input.u64()?,
-                anchor_realtime_ns: input.u64()? as i64,
-                slot_count: input.u64()?,
-                overwrite: input.flag()?,
-                pid: input.u64()?,
+            let file = if input.flag()? {
+                Some(input.file()?)
+            } else {
+                None
+            };
+            let continuity_len = input.len(1)?;
+            let continuity = Continuity::decode(input.take(continuity_len)?, file)
+                .map_err(|err| format!("its ring's continuity: {err}"))?;
+            let refused = if input.flag()? {
+                Some(input.text()?)
+            } else {
+                None
             };
             let mut cursor = Cursor::at(input.u64()?);
             cursor.read = input.u64()?;
@@ -116,10 +154,18 @@ impl Tally {
                 }
                 ring_probes.push(index as usize);
             }
+            if ring_probes.len() > continuity.probes().len() {
+                return Err(format!(
+                    "{} probes read of a ring whose table has {}",
+                    ring_probes.len(),
+                    continuity.probes().len()
+                ));
+            }
             Some(RingRead {
-                identity,
+                continuity,
                 cursor,
                 probes: ring_probes,
+                refused,
             })
         } else {
             None
@@ -134,6 +180,8 @@ impl Tally {
             by_label,
             ring,
             lost_before,
+            left,
+            scraping,
         })
     }
 }
@@ -161,6 +209,11 @@ impl Out {
     fn lost(&mut self, lost: Lost) {
         self.u64(lost.dropped);
         self.u64(lost.overwritten);
+    }
+
+    fn file(&mut self, file: FileId) {
+        self.u64(file.dev);
+        self.u64(file.ino);
     }
 }
 
@@ -209,12 +262,105 @@ impl<'a> In<'a> {
             overwritten: self.u64()?,
         })
     }
+
+    fn file(&mut self) -> Result<FileId, String> {
+        Ok(FileId {
+            dev: self.u64()?,
+            ino: self.u64()?,
+        })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::testing::{calls, owned, LiveRing};
+    use stapsdt::ring::format::offset;
+    use stapsdt::ring::scan::ReadAt;
+    use std::sync::atomic::Ordering::Relaxed;
+
+    /// The tally handed on, as one worker hands it to the next.
+    fn handed_on(tally: &Tally) -> Tally {
+        let state = tally.state().unwrap();
+        let again = Tally::from_state(&state).unwrap();
+        assert_eq!(again.state().unwrap(), state);
+        again
+    }
+
+    #[test]
+    fn a_ring_rewritten_after_the_tally_was_handed_on_is_refused_by_the_next_worker() {
+        let live = LiveRing::new(256, true);
+        let index = live.latency_probe("index");
+        let mut tally = Tally::new("ring");
+        live.latencies(index, &[1000; 100]);
+        assert_eq!(tally.scrape(&live).unwrap(), 100);
+        let mut next = handed_on(&tally);
+        // records sent back under what the first worker read: the next one
+        // holds its read to the reads before the hand-off.
+        let records = live.header_word(offset::RECORDS).swap(10, Relaxed);
+        let err = next.scrape(&live).unwrap_err().to_string();
+        assert!(
+            err.contains("its counter records went back from 100 to 10"),
+            "{err}"
+        );
+        live.header_word(offset::RECORDS).store(records, Relaxed);
+        // Refused, and handed on refused: put back, it is read no more.
+        let mut third = handed_on(&next);
+        assert_eq!(third.refused(), Some(err.as_str()));
+        live.latencies(index, &[1000; 5]);
+        assert_eq!(third.scrape(&live).unwrap_err().to_string(), err);
+        assert_eq!(calls(&third), owned(&[("app:index", 100)]));
+    }
+
+    #[test]
+    fn a_ring_read_before_a_hand_off_that_comes_back_is_refused_after_it() {
+        let first = LiveRing::made_at(64, true, 1);
+        let index = first.latency_probe("index");
+        first.latencies(index, &[1000; 10]);
+        let second = LiveRing::made_at(64, true, 2);
+        let again = second.latency_probe("index");
+        second.latencies(again, &[1000; 5]);
+        let mut tally = Tally::new("ring");
+        assert_eq!(tally.scrape(&first).unwrap(), 10);
+        assert_eq!(tally.scrape(&second).unwrap(), 5);
+        let mut next = handed_on(&tally);
+        let err = next.scrape(&first).unwrap_err();
+        assert!(err.to_string().contains("it came back"), "{err}");
+        assert_eq!(calls(&next), owned(&[("app:index", 15)]));
+    }
+
+    /// A source that panics once asked for a slot.
+    struct PanicsInSlots<'a>(&'a LiveRing);
+
+    impl ReadAt for PanicsInSlots<'_> {
+        fn file_len(&self) -> std::io::Result<u64> {
+            self.0.file_len()
+        }
+
+        fn read_at(&self, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
+            let ring_offset = self.0.header_word(offset::RING_OFFSET).load(Relaxed);
+            assert!(at < ring_offset, "a bug in a read");
+            self.0.read_at(buf, at)
+        }
+    }
+
+    #[test]
+    fn a_tally_whose_scrape_panicked_is_handed_on_refusing() {
+        let live = LiveRing::new(64, true);
+        let index = live.latency_probe("index");
+        let mut tally = Tally::new("ring");
+        live.latencies(index, &[1000; 10]);
+        assert_eq!(tally.scrape(&live).unwrap(), 10);
+        live.latencies(index, &[1000; 5]);
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            tally.scrape(&PanicsInSlots(&live))
+        }));
+        assert!(unwound.is_err());
+        let mut next = handed_on(&tally);
+        assert!(next.refused().is_some());
+        assert!(next.scrape(&live).is_err());
+        assert_eq!(calls(&next), owned(&[("app:index", 10)]));
+    }
 
     #[test]
     fn a_tally_read_back_goes_on_from_where_it_was_and_counts_nothing_twice() {
@@ -223,9 +369,9 @@ mod tests {
         let mut tally = Tally::new("ring");
         live.latencies(index, &[1000, 2_000_000, 5]);
         assert_eq!(tally.scrape(&live).unwrap(), 3);
-        let state = tally.state();
+        let state = tally.state().unwrap();
         let mut again = Tally::from_state(&state).unwrap();
-        assert_eq!(again.state(), state);
+        assert_eq!(again.state().unwrap(), state);
         assert_eq!(again.scrape(&live).unwrap(), 0);
         live.latencies(index, &[1000; 80]);
         assert_eq!(again.scrape(&live).unwrap(), 64);
@@ -241,7 +387,7 @@ mod tests {
         live.latencies(index, &[1000; 3]);
         let mut tally = Tally::new("ring");
         tally.scrape(&live).unwrap();
-        let state = tally.state();
+        let state = tally.state().unwrap();
         for len in 0..state.len() {
             assert!(Tally::from_state(&state[..len]).is_err(), "cut at {len}");
         }
