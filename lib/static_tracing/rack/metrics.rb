@@ -112,11 +112,13 @@ module StaticTracing
       end
 
       # The tallies this process goes on from: its master's workers'
-      # shared ones, or its own.
+      # shared ones (those forked from the same exec: see same_image?, so
+      # that a program a supervisor started beside it shares none with
+      # it), or its own.
       def tallies
         @tallies ||= if State.path && same_program?(::Process.ppid)
                        SharedTallies.new(File.dirname(State.path), ::Process.ppid, start_time(::Process.ppid),
-                                         File.stat(File.join(@proc, "self", "ns", "pid")).ino)
+                                         File.stat(File.join(@proc, "self", "ns", "pid")).ino, image: own_image)
                      else
                        LocalTallies.new
                      end
@@ -240,10 +242,13 @@ module StaticTracing
       # workers all have the master's, and a program a supervisor started
       # beside this one (another exec) has its own.
       def same_image?(pid)
-        @own_image ||= File.binread(File.join(@proc, "self", "auxv"))
-        File.binread(File.join(@proc, pid.to_s, "auxv")) == @own_image
+        File.binread(File.join(@proc, pid.to_s, "auxv")) == own_image
       rescue SystemCallError
         false
+      end
+
+      def own_image
+        @own_image ||= File.binread(File.join(@proc, "self", "auxv"))
       end
 
       # The children of +parent+: those /proc lists for its threads, else

@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require "digest"
 require "json"
 
 module StaticTracing
@@ -35,8 +36,11 @@ module StaticTracing
       # +master_pid+ as this process sees it, in its pid namespace
       # +namespace+ (the inode of /proc/PID/ns/pid, as state files name it:
       # containers that share a stub directory may each have a pid 1).
-      def initialize(dir, master_pid, master_start, namespace)
-        @path = File.join(dir, "metrics-#{master_pid}-#{namespace}.tally")
+      # +image+: the auxiliary vector the workers' exec left them (which
+      # fork copies): programs a supervisor started each with an exec of
+      # their own are not workers of one master, and share no file.
+      def initialize(dir, master_pid, master_start, namespace, image:)
+        @path = File.join(dir, "metrics-#{master_pid}-#{namespace}-#{Digest::SHA256.hexdigest(image)[0, 16]}.tally")
         @master_start = master_start
       end
 
