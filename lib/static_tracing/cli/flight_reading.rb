@@ -17,10 +17,14 @@ module StaticTracing
 
         output = OutputFile.check(@output || default_output(recorder.pid), replace: !@output.nil?)
         recording = LiveRecording.new(recorder, running["id"], leased: false, borrowed: true)
-        err.puts("Process #{recorder.pid} keeps a flight recording (#{flight_probes(running)}): reading its ring" \
-                 "#{@seconds ? " for #{format("%g", @seconds)}s" : ""} (Ctrl-C to stop); the trace holds every probe " \
-                 "it records, and the flight recording goes on...")
-        recording.follow(seconds: @seconds, progress: (err if err.tty?))
+        # Said once the reader took its start in the ring: what is made
+        # from then on is in the trace.
+        reading = lambda do
+          err.puts("Process #{recorder.pid} keeps a flight recording (#{flight_probes(running)}): reading its ring" \
+                   "#{@seconds ? " for #{format("%g", @seconds)}s" : ""} (Ctrl-C to stop); the trace holds every " \
+                   "probe it records, and the flight recording goes on...")
+        end
+        recording.follow(seconds: @seconds, progress: (err if err.tty?), opened: reading)
         finish(recording, output)
       end
 
