@@ -8,7 +8,8 @@ module Bench
   # costs while nothing records, before this process's first recording and
   # after it stopped (bench/recorder/idle.rb); and the ring itself: four
   # threads recording into one, `static-tracing report` reading a million
-  # records back, and the file's size (bench/recorder/ring.rb).
+  # records back, and the file's size (bench/recorder/ring.rb); trace
+  # contexts (bench/recorder/contexts.rb).
   class Recorder < Group
     ROUNDS = 11
     SAMPLE_MS = 25
@@ -39,20 +40,24 @@ module Bench
       end
 
       @providers = []
-      idle = Idle.new(self)
-      phases = { never: idle.time(rounds:, sample_ms: SAMPLE_MS) }
-      subjects = per_call_subjects
-      recording = record { measure(subjects, idle) }
-      phases[:stopped] = idle.time(rounds:, sample_ms: SAMPLE_MS)
-      per_call_table(subjects, *recording)
-      title, columns = idle.columns(rounds)
-      idle.table(phases, table(:recorder_idle, title, params: { rounds:, sample_ms: SAMPLE_MS }, **columns))
-          .note(existing_rows_note)
-      Ring.new(self).run
+      per_call_and_idle
+      [Ring, Contexts].each { |part| part.new(self).run }
     ensure
       StaticTracing::Recorder.stop
       StaticTracing.disable!
       @providers&.each { |name| StaticTracing.providers[name]&.unregister }
+    end
+
+    # The per-call table (one recording running) and the idle paths.
+    def per_call_and_idle
+      idle = Idle.new(self)
+      phases = { never: idle.time(rounds:, sample_ms: SAMPLE_MS) }
+      subjects = per_call_subjects
+      per_call_table(subjects, *record { measure(subjects, idle) })
+      phases[:stopped] = idle.time(rounds:, sample_ms: SAMPLE_MS)
+      title, columns = idle.columns(rounds)
+      idle.table(phases, table(:recorder_idle, title, params: { rounds:, sample_ms: SAMPLE_MS }, **columns))
+          .note(existing_rows_note)
     end
 
     # A provider this group made, unregistered when it ends.
@@ -88,8 +93,9 @@ module Bench
       end
     end
 
-    # Group#table and #work_file, for Ring.
+    # Group#table, #time and #work_file, for Ring and Contexts.
     def add_table(key, title, **columns) = table(key, title, **columns)
+    def time_loops(loops, around: Samples::NO_STATE) = time(loops, sample_ms: SAMPLE_MS, around:)
     def file(name) = work_file(name)
 
     private
@@ -261,3 +267,4 @@ end
 require_relative "recorder/idle"
 require_relative "recorder/ring"
 require_relative "recorder/reading"
+require_relative "recorder/contexts"

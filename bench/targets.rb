@@ -42,6 +42,13 @@ module Bench
     # bpftrace attached.
     RECORDED_OVER_ATTACHED = 0.25
     RECORDED_FIRE_NS = 60.0
+    # Trace contexts (bench/recorder/contexts.rb): a recorded call in a
+    # context / one outside any; setting and clearing one while nothing
+    # records (ns); while recording, alone and around a recorded call, /
+    # that.
+    IN_CONTEXT = 1.05
+    SET_CLEAR_NS = 100.0
+    SET_CLEAR_RECORDING = 2.0
     # A block probe with no tracer attached: at most this times a method
     # that yields (the same block), tracing on or off.
     BLOCK_OVER_YIELD = 2.0
@@ -159,6 +166,7 @@ module Bench
          [value(:recorder, "fire_int.recorded", :ns_per_call), RECORDED_FIRE_NS, "ns/call", nil]
        end,
        target("recorder.threads", "4 threads recording at once: records == calls, lost == 0") { threads },
+       *context_rows,
        *IDLE_PATHS.map do |path, name|
          target("recorder.idle.#{path}", "nothing recording: #{name}, stopped / never started <= #{IDLE}") do
            [value(:recorder_idle, path, :ratio), IDLE, "x never started (against its twin)", nil]
@@ -166,6 +174,23 @@ module Bench
        end,
        *RECORDER_INFORMATION.map do |id, (name, *field, unit)|
          target(id, "#{name} (information)") { [value(*field), nil, unit, nil] }
+       end]
+    end
+
+    def context_rows
+      [target("recorder.contexts.fire_int", "recorded fire(Integer) in a trace context / outside any <= " \
+                                            "#{IN_CONTEXT}") do
+         [value(:recorder_contexts, "contexts.fire_int_in_context", :ratio), IN_CONTEXT, "x outside", nil]
+       end,
+       target("recorder.contexts.set_clear", "with_trace_context { } while nothing records <= " \
+                                             "#{SET_CLEAR_NS.to_i} ns") do
+         [value(:recorder_contexts, "contexts.set_clear_idle", :ns_per_call), SET_CLEAR_NS, "ns/call", nil]
+       end,
+       *%w[set_clear_recording set_clear_around_fire].map do |row|
+         target("recorder.contexts.#{row}", "#{row.tr("_", " ")} / set+clear while nothing records <= " \
+                                            "#{SET_CLEAR_RECORDING}") do
+           [value(:recorder_contexts, "contexts.#{row}", :ratio), SET_CLEAR_RECORDING, "x nothing recording", nil]
+         end
        end]
     end
 

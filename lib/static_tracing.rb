@@ -20,6 +20,7 @@ require_relative "static_tracing/signal_toggle"
 require_relative "static_tracing/configuration"
 require_relative "static_tracing/state"
 require_relative "static_tracing/fork_hook"
+require_relative "static_tracing/trace_context"
 require_relative "static_tracing/rack_middleware"
 
 # USDT probes defined at run time: see README.md.

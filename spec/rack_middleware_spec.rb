@@ -89,4 +89,73 @@ RSpec.describe StaticTracing::RackMiddleware do
       expect(middleware.call(env)).to equal(response)
     end
   end
+
+  describe "the request's trace context" do
+    let(:trace_id) { "4bf92f3577b34da6a3ce929d0e0e4736" }
+    let(:parent_id) { "00f067aa0ba902b7" }
+    let(:seen) { [] }
+    let(:app) { ->(_env) { seen << StaticTracing.current_trace_context&.to_s and response } }
+    let(:middleware) { described_class.new(app) }
+
+    def with_header(value)
+      env.merge("HTTP_TRACEPARENT" => value)
+    end
+
+    it "runs the app in the traceparent's trace id and parent id, and ends it with the request" do
+      expect(middleware.call(with_header("00-#{trace_id}-#{parent_id}-01"))).to equal(response)
+      expect(seen).to eq(["trace #{trace_id} span #{parent_id}"])
+      expect(StaticTracing.current_trace_context).to be_nil
+    end
+
+    it "ignores a missing or invalid traceparent, and serves the request" do
+      [nil, "00-#{trace_id.upcase}-#{parent_id}-01", "00-#{trace_id}-#{parent_id}-01-extra", "garbage"].each do |value|
+        expect(middleware.call(value ? with_header(value) : env)).to equal(response)
+      end
+      expect(seen).to eq([nil] * 4)
+    end
+
+    it "ends the context when the app raises, and lets the exception through" do
+      failing = described_class.new(->(_env) { raise IOError, "down" })
+      expect { failing.call(with_header("00-#{trace_id}-#{parent_id}-01")) }.to raise_error(IOError, "down")
+      expect(StaticTracing.current_trace_context).to be_nil
+    end
+
+    it "has ended the context by the time a streamed body is read" do
+      streamed = Object.new
+      streamed.define_singleton_method(:each) { |&block| block.call(StaticTracing.current_trace_context.inspect) }
+      middleware = described_class.new(->(_env) { [200, {}, streamed] })
+      body = middleware.call(with_header("00-#{trace_id}-#{parent_id}-01"))[2]
+      chunks = []
+      body.each { |chunk| chunks << chunk }
+      expect(chunks).to eq(["nil"])
+    end
+
+    # OpenTelemetry's API is not installed here: a stand-in with the shape
+    # of its public API (Trace.current_span, Span#recording?, #context,
+    # SpanContext#valid?, #hex_trace_id, #hex_span_id).
+    context "when OpenTelemetry's API is loaded" do
+      let(:otel_trace) { "0af7651916cd43dd8448eb211c80319c" }
+      let(:otel_span) { "b7ad6b7169203331" }
+
+      def stand_in(recording:)
+        span_context = Struct.new(:hex_trace_id, :hex_span_id) { def valid? = true }.new(otel_trace, otel_span)
+        span = Struct.new(:context, :recording) { def recording? = recording }.new(span_context, recording)
+        trace = Module.new
+        trace.define_singleton_method(:current_span) { span }
+        stub_const("OpenTelemetry::Trace", trace)
+      end
+
+      it "prefers the current span's ids while it records" do
+        stand_in(recording: true)
+        middleware.call(with_header("00-#{trace_id}-#{parent_id}-01"))
+        expect(seen).to eq(["trace #{otel_trace} span #{otel_span}"])
+      end
+
+      it "takes the traceparent when the current span does not record" do
+        stand_in(recording: false)
+        middleware.call(with_header("00-#{trace_id}-#{parent_id}-01"))
+        expect(seen).to eq(["trace #{trace_id} span #{parent_id}"])
+      end
+    end
+  end
 end

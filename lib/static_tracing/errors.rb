@@ -14,6 +14,10 @@ module StaticTracing
   # range) and what to do. Nothing else about the process changed.
   class RecorderError < Error; end
 
+  # A trace context cleared where it was not set (on another thread or
+  # fiber), twice, or before contexts set inside it: the message says which
+  # context, where it was set, and what is still set. Nothing changed.
+  class TraceContextError < Error; end
   # A bug in the gem: a panic in one of its native libraries, caught where
   # Ruby called it and raised as this rather than unwound into Ruby. The
   # message says what failed and asks for a report; the process goes on.

@@ -17,6 +17,13 @@ module StaticTracing
   # body is not waited for, since the response passes through untouched.
   # A request whose app raises fires with status 500, and the exception
   # propagates unchanged.
+  #
+  # Each request runs in its W3C trace context (see TraceContext), so that
+  # the recorder ties its records to it: the ids of OpenTelemetry's current
+  # span where OpenTelemetry's API is loaded and that span is recording,
+  # else the trace id and parent id of the request's `traceparent` header
+  # (an invalid header is ignored). The context ends when #call returns or
+  # raises: a streamed body's records, made after that, have none.
   class RackMiddleware
     PROVIDER = :rack
     PROBE = :request
@@ -33,6 +40,15 @@ module StaticTracing
     end
 
     def call(env)
+      ids = TraceContext.of_request(env)
+      return call_traced(env) unless ids
+
+      StaticTracing.with_trace_context(*ids) { call_traced(env) }
+    end
+
+    private
+
+    def call_traced(env)
       return @app.call(env) unless @tracepoint.enabled?
 
       started = StaticTracing.nsec
@@ -47,8 +63,6 @@ module StaticTracing
       end
     end
 
-    private
-
     # Rack says an Integer; some apps give a String. Tracing must not fail
     # the request over it.
     def status_of(response)
@@ -56,6 +70,24 @@ module StaticTracing
       status.respond_to?(:to_i) ? status.to_i : 0
     rescue StandardError
       0
+    end
+  end
+
+  # Runs each request in its W3C trace context (TraceContext.of_request),
+  # and does nothing else: what the Rails integration puts first in an
+  # app's middleware (RackMiddleware does the same, and fires its probe).
+  #
+  #   use StaticTracing::TraceContextMiddleware
+  class TraceContextMiddleware
+    def initialize(app)
+      @app = app
+    end
+
+    def call(env)
+      ids = TraceContext.of_request(env)
+      return @app.call(env) unless ids
+
+      StaticTracing.with_trace_context(*ids) { @app.call(env) }
     end
   end
 

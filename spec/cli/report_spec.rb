@@ -361,8 +361,8 @@ RSpec.describe "static-tracing report" do
         expect(result.stderr).not_to include(".rb:")
       end
       expect(cli("report", "-o", output, bad).stderr).to eq(
-        "static-tracing: #{bad}: format version (offset 8): expected 1 (the version this static-tracing reads), " \
-        "found 7\n"
+        "static-tracing: #{bad}: format version (offset 8): expected 1 or 2 " \
+        "(the versions this static-tracing reads), found 7\n"
       )
       expect(File.read(output)).to eq("the last report\n")
     end
@@ -429,7 +429,7 @@ RSpec.describe "static-tracing report" do
       help = cli("report", "--help")
       expect(help).to have_attributes(exitstatus: 0, stderr: "")
       expect(help.stdout).to start_with("Usage: static-tracing report FILE... [--format FORMAT] [--probe PATTERN]... " \
-                                        "[--since TIME] [--until TIME] [-o OUTPUT]\n")
+                                        "[--since TIME] [--until TIME] [--trace-id HEX] [--slowest N] [-o OUTPUT]\n")
       expect(help.stdout).to include("--format FORMAT", "-o, --output OUTPUT", "p50/p90/p99/max", "Perfetto",
                                      "flamegraph.pl", "speedscope", "go tool pprof", "widths count calls (records), " \
                                                                                      "not time")
@@ -565,6 +565,68 @@ RSpec.describe "static-tracing report" do
       expect(result.stderr).to eq("static-tracing: warning: #{link} is the same file as #{path}: read once\n" \
                                   "static-tracing: warning: #{path} is the same file as #{path}: read once\n")
       expect(result.stdout).to start_with("Read 1 file: process 4321, 7 records")
+    end
+  end
+
+  describe "trace contexts: --trace-id and --slowest" do
+    let(:trace_id) { "4bf92f3577b34da6a3ce929d0e0e4736" }
+    let(:span_id) { "00f067aa0ba902b7" }
+    let(:other) { %w[0af7651916cd43dd8448eb211c80319c b7ad6b7169203331] }
+    # Six calls of index: two in the trace (one on another thread), one in
+    # another, one whose context is unknown, two outside any.
+    let(:records) do
+      durations = [5_000_000, 312_000_000, 7_000_000, 45_000_000, 1_000, 2_000]
+      contexts = [[trace_id, span_id], [trace_id, span_id], other, :unknown, nil, nil]
+      durations.zip(contexts).each_with_index.map do |(duration, context), number|
+        record(index, [duration], time: 1_000_000 + (number * 1000), tid: number == 1 ? 8 : 7)
+          .tap { |each| each.context = context }
+      end + [record(hits, ["x", 1, 0.5], time: 3_000_000)]
+    end
+
+    it "keeps only the records made in that trace, in any format, and says what it expects of a bad id" do
+      path = trace("a.trace", records)
+      result = cli("report", path, "--trace-id", trace_id)
+      expect(result).to have_attributes(exitstatus: 0, stderr: "")
+      expect(result.stdout).to start_with("Read 1 file: process 4321, 2 records over 1us; none lost.\n")
+      expect(result.stdout).to include("my_controller:index  2 calls", "app:hits  no calls")
+      chrome = JSON.parse(cli("report", path, "--trace-id", trace_id, "--format", "chrome").stdout)
+      calls = chrome.select { |event| event["ph"] == "X" }
+      expect(calls.map { |event| [event["tid"], event["args"]] })
+        .to eq([[7, { "trace_id" => trace_id, "span_id" => span_id }],
+                [8, { "trace_id" => trace_id, "span_id" => span_id }]])
+      expect(cli("report", path, "--trace-id", "ffffffffffffffffffffffffffffffff").stdout)
+        .to start_with("Read 1 file: process 4321, 0 records; none lost.\n")
+
+      ["4bf9", trace_id.upcase, "0" * 32].each do |bad|
+        refused = cli("report", path, "--trace-id", bad)
+        expect(refused).to have_attributes(exitstatus: 2, stdout: "")
+        expect(refused.stderr).to start_with("static-tracing report: --trace-id: a trace id is 32 lowercase hex " \
+                                             "digits, not all zero (as in a W3C traceparent: " \
+                                             "4bf92f3577b34da6a3ce929d0e0e4736); got ")
+      end
+    end
+
+    it "lists each latency probe's slowest calls with their process, thread and trace context" do
+      path = trace("a.trace", records)
+      result = cli("report", path, "--slowest", "4")
+      expect(result.stdout.split("\n\n").find { |block| block.start_with?("  slowest:") }.lines.map(&:chomp)).to eq(
+        ["  slowest:",
+         "  312ms  process 4321 thread 8  trace #{trace_id} span #{span_id}",
+         "   45ms  process 4321 thread 7  trace context unknown",
+         "    7ms  process 4321 thread 7  trace #{other[0]} span #{other[1]}",
+         "    5ms  process 4321 thread 7  trace #{trace_id} span #{span_id}"]
+      )
+      json = JSON.parse(cli("report", path, "--format", "json").stdout)
+      slowest = json["probes"].find { |probe| probe["probe"] == "my_controller:index" }["latency"]["slowest"]
+      expect(slowest.size).to eq(5)
+      expect(slowest.first).to eq("duration_ns" => 312_000_000, "ended_ns" => epoch + 1_001_000, "pid" => 4321,
+                                  "tid" => 8, "trace_id" => trace_id, "span_id" => span_id,
+                                  "context_unknown" => false)
+      expect(slowest[1]).to include("trace_id" => nil, "context_unknown" => true)
+      expect(cli("report", path, "--slowest", "0").stdout).not_to include("slowest")
+      bad = cli("report", path, "--slowest", "-1")
+      expect(bad).to have_attributes(exitstatus: 2, stdout: "")
+      expect(bad.stderr).to start_with("static-tracing report: --slowest takes a count (0 or more), got \"-1\"")
     end
   end
 end

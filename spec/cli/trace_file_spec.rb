@@ -176,6 +176,29 @@ RSpec.describe StaticTracing::CLI::TraceFile do
       expect(trace).to have_attributes(complete?: false, overwrite?: true, lost: 0)
     end
 
+    it "gives each record the trace context its thread's context record of its tag names (version 2)" do
+      ids = %w[4bf92f3577b34da6a3ce929d0e0e4736 00f067aa0ba902b7]
+      # A tag whose bits fall on both sides of the thread id.
+      tag = (3 << 12) | 5
+      ring.append(number, [1], tid: 7)
+      ring.append_context(*ids, tid: 7, tag:)
+      ring.append(number, [2], tid: 7, tag:)
+      ring.append(number, [3], tid: 8, tag:)
+      ring.append(number, [4], tid: 7, tag: tag + 1)
+      trace = read
+      expect(trace.records.map { |record| [record.args.first, record.tid, record.context] })
+        .to eq([[1, 7, nil], [2, 7, ids], [3, 8, :unknown], [4, 7, :unknown]])
+      expect(trace.lost).to eq(0)
+    end
+
+    it "reads a version-1 ring, whose records have no context" do
+      ring = RingImage.new(slot_count: 8, version: 1)
+      id = ring.add_probe("app", "number", [:Integer])
+      ring.append(id, [5], tid: 4_194_303)
+      expect(read(ring.io).records.map { |record| [record.args, record.tid, record.context] })
+        .to eq([[[5], 4_194_303, nil]])
+    end
+
     it "returns the records in sequence order across a wraparound, one of them wrapping from the last slot" do
       appended = []
       [1, 2, 3, 4, 5, 6, 7].each { |value| appended << [ring.append(number, [value]), [value]] }

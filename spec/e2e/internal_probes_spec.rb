@@ -6,7 +6,9 @@ require "tmpdir"
 # The gem's own compile-time probes (provider static_tracing, in the native
 # extension), seen by bpftrace in a live child.
 RSpec.describe "static_tracing's internal probes", :e2e do
-  let(:probes) { %w[load-error provider-load provider-unload state-publish stub-fallback tracing-toggle] }
+  let(:probes) do
+    %w[load-error provider-load provider-unload state-publish stub-fallback trace-context tracing-toggle]
+  end
 
   # One string a printf: two of bpftrace's 200-byte strings in one would
   # overflow the BPF stack.
@@ -56,6 +58,35 @@ RSpec.describe "static_tracing's internal probes", :e2e do
     child.evaluate("StaticTracing.disable!")
     tracer.wait_for(/^UNLOAD internal_demo\nTOGGLE 0\nPUBLISH #{Regexp.escape(state_file)}$/, from: mark)
     expect(tracer.finish).not_to match(/^LOAD_ERROR/)
+  end
+
+  # docs/recording.md's one-liner, run as it is written there.
+  it "gives a script each thread's trace context: slow calls printed with their trace ids" do
+    line = File.readlines(File.expand_path("../../docs/recording.md", __dir__))
+               .find { |each| each.start_with?("bpftrace") && each.include?("static_tracing:trace-context") }
+    program = line[/-e '(.*)'$/, 1] or raise "no bpftrace one-liner of trace-context in docs/recording.md"
+    child = ruby_repl(<<~RUBY)
+      class MyController
+        include StaticTracing::LatencyTracer
+        def index(seconds) = sleep(seconds)
+      end
+      StaticTracing.enable!
+      APP = MyController.new
+    RUBY
+    wait_until_listed(child.pid, "usdt:*:my_controller:index")
+    # With bpftrace's default string length, as an operator runs it (a
+    # 200-byte string in a map and a printf exceed bpftrace 0.17's BPF stack).
+    defaults = %w[env BPFTRACE_STRLEN=64 BPFTRACE_MAX_STRLEN=64] << E2E.bpftrace
+    tracer = attach_bpftrace(child.pid, program, bpftrace: defaults)
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    child.evaluate(<<~RUBY)
+      StaticTracing.with_trace_context("#{trace_id}", "00f067aa0ba902b7") { APP.index(0.15) }
+      APP.index(0)
+      APP.index(0.15)
+      nil
+    RUBY
+    tracer.wait_for(/^slow call: 1\d\d ms, trace #{trace_id}\nslow call: 1\d\d ms, trace \n/)
+    expect(tracer.finish.scan("slow call").size).to eq(2)
   end
 
   it "reports each stub directory skipped, and why" do

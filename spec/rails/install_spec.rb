@@ -106,19 +106,25 @@ RSpec.describe "StaticTracing::Rails", :rails do
 end
 
 RSpec.describe "StaticTracing::Rails::Settings", :rails do
-  it "defaults to every event and no action tracing" do
+  it "defaults to every event, no action tracing, and each request in its trace context" do
     settings = StaticTracing::Rails::Settings.new
-    expect([settings.events, settings.trace_actions]).to eq([StaticTracing::Rails::EVENTS.keys, false])
+    expect([settings.events, settings.trace_actions, settings.trace_context])
+      .to eq([StaticTracing::Rails::EVENTS.keys, false, true])
+    expect(StaticTracing::Rails::Settings.new(trace_context: false).trace_context).to be(false)
     settings = StaticTracing::Rails::Settings.new(events: [:"sql.active_record"], trace_actions: true)
     expect(settings.events).to eq(["sql.active_record"])
   end
 
   it "refuses what it does not know, naming the setting, the value and what it takes" do
     expect { StaticTracing::Rails::Settings.new(trace_action: true) }
-      .to raise_error(ArgumentError,
-                      /unknown setting config\.static_tracing\.trace_action: the settings are .*events and .*actions/)
+      .to raise_error(ArgumentError, /unknown setting config\.static_tracing\.trace_action: the settings are /) do |e|
+        expect(e.message).to end_with("events, config.static_tracing.trace_actions and " \
+                                      "config.static_tracing.trace_context")
+      end
     expect { StaticTracing::Rails::Settings.new(trace_actions: "yes") }
       .to raise_error(ArgumentError, /config\.static_tracing\.trace_actions "yes": give true or false/)
+    expect { StaticTracing::Rails::Settings.new(trace_context: nil) }
+      .to raise_error(ArgumentError, /config\.static_tracing\.trace_context nil: give true or false/)
     expect { StaticTracing::Rails::Settings.new(events: [:"sql.active_record", 1]) }
       .to raise_error(ArgumentError,
                       /config\.static_tracing\.events \[:"sql\.active_record", 1\]: give an Array of event names/)

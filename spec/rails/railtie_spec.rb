@@ -61,6 +61,31 @@ RSpec.describe "StaticTracing::Rails::Railtie", :subprocess, :rails do
     expect(out.strip).to eq("sql_active_record cache_read_active_support")
   end
 
+  it "runs each request in its traceparent's trace context, from the first middleware on, unless told not to" do
+    request = <<~RUBY
+      seen = []
+      ActiveSupport::Notifications.subscribe("process_action.action_controller") do
+        seen << StaticTracing.current_trace_context&.to_s
+      end
+      header = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+      status, = Rails.application.call(Rack::MockRequest.env_for("/users", "HTTP_TRACEPARENT" => header))
+      Rails.application.call(Rack::MockRequest.env_for("/users"))
+      puts JSON.generate(first: Rails.application.middleware.first.klass.name, status:, seen:,
+                         after: StaticTracing.current_trace_context)
+    RUBY
+    out, err, status = boot(request)
+    expect(status).to be_success, err
+    expect(JSON.parse(out)).to eq("first" => "StaticTracing::TraceContextMiddleware", "status" => 200,
+                                  "seen" => ["trace 4bf92f3577b34da6a3ce929d0e0e4736 span 00f067aa0ba902b7", nil],
+                                  "after" => nil)
+
+    initializer(%(Rails.application.config.static_tracing.trace_context = false\n))
+    out, err, status = boot(request)
+    expect(status).to be_success, err
+    expect(JSON.parse(out)).to include("seen" => [nil, nil])
+    expect(JSON.parse(out)["first"]).not_to eq("StaticTracing::TraceContextMiddleware")
+  end
+
   it "stops the boot on bad config, naming the setting, the value and what it takes" do
     initializer(%(Rails.application.config.static_tracing.trace_actions = "yes"\n))
     _, err, status = boot("puts :booted")

@@ -4,12 +4,15 @@
 # (header, probe table, slots) and written here, apart from the code under
 # test, so that a misreading of the format on either side shows. It acts as
 # the process's writer does: #append reserves slots at head and commits a
-# record; #write_record writes one at any sequence number, committed or
-# not; the header's fields are set by name (#[]=) to build broken files.
+# record; #append_context a context record; #write_record writes one at
+# any sequence number, committed or not; the header's fields are set by
+# name (#[]=) to build broken files. Version 2 by default (version: 1 for
+# a file of the format before trace contexts).
 #
 #   ring = RingImage.new(slot_count: 8)
 #   id = ring.add_probe("app", "index", [:Integer], latency_arg: 0)
-#   ring.append(id, [1500], time: 10, tid: 7)
+#   ring.append_context("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", tid: 7, tag: 1)
+#   ring.append(id, [1500], time: 10, tid: 7, tag: 1)
 #   StaticTracing::CLI::TraceFile.from_io(ring.io).records
 class RingImage
   HEADER_SIZE = 4096
@@ -27,6 +30,12 @@ class RingImage
   }.freeze
   OVERWRITE = 1
   COMPLETE = 2
+  VERSION = 2
+  # A record's word 2: the probe id in bits 0-19 (CONTEXT_PROBE: a context
+  # record), the thread id in 32-53, its context tag's low 12 bits in
+  # 20-31 and high 10 bits in 54-63.
+  CONTEXT_PROBE = 0xfffff
+  TAG_LOW_BITS = 12
   DEFAULTS = { pid: 4321, pid_namespace: 4_026_531_836, anchor_monotonic_ns: 5_000_000_000,
                anchor_realtime_ns: 1_700_000_000_000_000_000, max_string: 1024 }.freeze
 
@@ -40,7 +49,7 @@ class RingImage
     @bytes = "\0".b * (ring_offset + (slot_count * SLOT_SIZE))
     @types = []
     flags = (overwrite ? OVERWRITE : 0) | (complete ? COMPLETE : 0)
-    { magic: "STATRACE", version: 1, header_size: HEADER_SIZE, table_offset: HEADER_SIZE, table_capacity:,
+    { magic: "STATRACE", version: VERSION, header_size: HEADER_SIZE, table_offset: HEADER_SIZE, table_capacity:,
       ring_offset:, slot_count:, slot_size: SLOT_SIZE, flags:, **DEFAULTS, **fields }
       .each { |field, value| self[field] = value }
   end
@@ -82,16 +91,28 @@ class RingImage
     seq
   end
 
+  # Appends a context record: thread +tid+ is in the context of these ids
+  # (hex) from now on, for its records of tag +tag+. Returns its sequence
+  # number.
+  def append_context(trace_id, span_id, tid:, tag:, time: 1_000)
+    seq = self[:head]
+    self[:head] = seq + 2
+    self[:records] += 1
+    write_record(seq, CONTEXT_PROBE, nil, payload: [trace_id + span_id].pack("H*"), time:, tid:, tag:)
+    seq
+  end
+
   # Writes a record of probe +probe+ at slot sequence number +seq+ (at
   # positions seq mod slot_count, wrapping); with +commit+ false its stamps
-  # are left 0, as while it is written. +slot+: the record's time: and
-  # tid:, and its payload: when it is to be other than +args+ packed.
-  # Returns how many slots it fills.
+  # are left 0, as while it is written. +slot+: the record's time:, tid:
+  # and tag: (its context's; 0, none, by default), and its payload: when
+  # it is to be other than +args+ packed. Returns how many slots it fills.
   def write_record(seq, probe, args, commit: true, **slot)
     payload = slot.fetch(:payload) { payload(probe, args) }
     count = slots_for(payload.bytesize)
     padded = payload.ljust(8 + ((count - 1) * 24), "\0")
-    first = [0, slot.fetch(:time, 1_000), probe, slot.fetch(:tid, 100)].pack("Q< Q< L< L<")
+    first = [0, slot.fetch(:time, 1_000), self.class.thread_word(probe, slot.fetch(:tid, 100), slot.fetch(:tag, 0))]
+            .pack("Q< Q< Q<")
     write_slot(seq, first << padded.byteslice(0, 8))
     (1...count).each do |index|
       write_slot(seq + index, [0].pack("Q<") << padded.byteslice(8 + ((index - 1) * 24), 24))
@@ -136,6 +157,12 @@ class RingImage
   end
 
   class << self
+    # Word 2 of a record: its probe id, its thread id and its context tag.
+    def thread_word(probe, tid, tag)
+      low = tag & ((1 << TAG_LOW_BITS) - 1)
+      probe | (low << 20) | (tid << 32) | ((tag >> TAG_LOW_BITS) << 54)
+    end
+
     # The payload of +args+ of +types+ (:Integer or "Integer"...): each
     # argument packed in order, a String as its u16 length and its bytes.
     def payload(types, args)

@@ -77,7 +77,8 @@ class TraceImage
     probes.each { |probe| check(probe) }
     ids = ProbeIds.new(probes)
     image = image(probes, records.map { |record| payload(record, ids) })
-    image[:records] = records_total
+    # Context records are records too, read and not lost.
+    image[:records] = records_total + @context_records
     image[:dropped] = dropped
     image.bytes + RingImage.thread_names(thread_names)
   end
@@ -85,11 +86,15 @@ class TraceImage
   private
 
   # A ring whose writer is done, holding +probes+ and the records of
-  # +payloads+ ([record, probe id, arguments]) one after another.
+  # +payloads+ ([record, probe id, arguments]) one after another; a
+  # record's context ([trace_id, span_id], or :unknown) is written as the
+  # process's writer does: a context record before the first record of its
+  # thread in it, each context of a thread with a tag of its own.
   def image(probes, payloads)
+    tags = contexts(payloads)
     slot_count = payloads.sum do |record, _, args|
       RingImage.slots_for(RingImage.payload(record.probe.types, args).bytesize)
-    end
+    end + (2 * @context_records)
     table_capacity = probes.sum { |probe| RingImage.entry_size(probe.provider, probe.name) }
     image = RingImage.new(slot_count:, table_capacity:, complete: true, overwrite: @fields[:overwrite],
                           **@fields.except(:overwrite))
@@ -97,8 +102,42 @@ class TraceImage
       image.add_probe(probe.provider, probe.name, probe.types, latency_arg: probe.latency_arg,
                                                                stack_arg: probe.stack_arg)
     end
-    payloads.each { |record, id, args| image.append(id, args, time: record.time_ns, tid: record.tid) }
+    append(image, payloads, tags)
+  end
+
+  # Appends the records of +payloads+, each context record first where
+  # its thread's context changes.
+  def append(image, payloads, tags)
+    written = {}
+    payloads.each do |record, id, args|
+      tag = tags[[record.tid, record.context]]
+      if tag && tag != UNKNOWN_TAG && written[record.tid] != tag
+        image.append_context(*record.context, tid: record.tid, tag:, time: record.time_ns)
+        written[record.tid] = tag
+      end
+      image.append(id, args, time: record.time_ns, tid: record.tid, tag: tag || 0)
+    end
     image
+  end
+
+  UNKNOWN_TAG = 0x3fffff
+
+  # The tag of each thread's contexts, by [tid, context]; counts the
+  # context records they take in @context_records.
+  def contexts(payloads)
+    @context_records = 0
+    tags = {}
+    last = {}
+    payloads.each do |record, _, _|
+      context = record.context or next
+      tags[[record.tid, context]] ||= context == :unknown ? UNKNOWN_TAG : tags.size + 1
+      tag = tags[[record.tid, context]]
+      next if tag == UNKNOWN_TAG || last[record.tid] == tag
+
+      last[record.tid] = tag
+      @context_records += 1
+    end
+    tags
   end
 
   # Names and types the reader would refuse (the gem's rule, and a length

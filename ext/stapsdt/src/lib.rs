@@ -42,6 +42,7 @@ pub mod state_file;
 pub mod stub_dir;
 #[cfg(unix)]
 mod sys;
+pub mod trace_context;
 pub mod tried;
 
 pub use arch::Arch;

@@ -42,6 +42,7 @@
 //! ```
 
 mod checks;
+pub mod contexts;
 pub mod continuity;
 pub mod cursor;
 #[cfg(unix)]
@@ -56,8 +57,9 @@ pub mod trace_file;
 mod writer;
 
 pub use checks::{FormatError, Record, Trace};
+pub use contexts::{Context, Contexts};
 pub use cursor::{Cursor, Lost};
-pub use format::{Arg, Counters, Header, ProbeEntry, Slot, Value, MAX_STRING};
+pub use format::{Arg, Counters, Header, Maker, ProbeEntry, Slot, Value, MAX_STRING};
 pub use scan::{parse, TraceError};
 pub use snapshot::{Snapshot, Window};
 pub use writer::{

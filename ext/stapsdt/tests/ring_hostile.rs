@@ -237,10 +237,10 @@ fn files_that_are_not_ring_files_or_are_cut_short() {
     refused(b"STAX", not_ours);
     refused(b"STATRACX\x01\x00\x00\x00", not_ours);
     let mut version = files.live.clone();
-    put_u32(&mut version, offset::VERSION, 2);
+    put_u32(&mut version, offset::VERSION, 3);
     refused(
         &version,
-        "format version (offset 8): expected 1 (the version this static-tracing reads), found 2",
+        "format version (offset 8): expected 1 or 2 (the versions this static-tracing reads), found 3",
     );
     refused(&version[..10], "truncated: it has 10 bytes");
     refused(&files.live[..12], "less than its 4096-byte header");
@@ -444,9 +444,10 @@ fn stamps_and_records_out_of_the_format() {
         &with(&|b| put_u32(b, slot(one) + 16, 2)),
         "probe id (offset",
     );
+    // The largest probe id short of a context record's.
     refused(
-        &with(&|b| put(b, slot(one) + 16, &[0, 0, 0, 0x80])),
-        "expected below 2 (the probe table's entries)",
+        &with(&|b| put(b, slot(one) + 16, &[0xfe, 0xff, 0x0f, 0])),
+        "expected below 2 (the probe table's entries), found 1048574",
     );
     // The Float and String record: 8 + 2 + 40 bytes in 3 slots (56 bytes).
     refused(

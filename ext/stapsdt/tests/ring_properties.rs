@@ -18,7 +18,7 @@ use proptest::sample::{select, Index};
 use proptest::string::{string_regex, RegexGeneratorStrategy};
 use proptest_setup::config as proptest_config;
 use ring_support::{config, HeapRing};
-use stapsdt::ring::{format, parse, Arg, Record, Trace, Value, Window, MAX_STRING};
+use stapsdt::ring::{format, parse, Arg, Context, Record, Trace, Value, Window, MAX_STRING};
 use stapsdt::{ArgType, MAX_ARGS};
 
 /// Sizes for a debug build: a few seconds in all.
@@ -155,7 +155,8 @@ fn record_decl(small: bool) -> impl Strategy<Value = RecordDecl> {
     (
         any::<Index>(),
         any::<u64>(),
-        any::<u32>(),
+        // A Linux thread id: below 2^22.
+        0..1u32 << format::TID_BITS,
         prop::collection::vec(seed, MAX_ARGS),
         any::<bool>(),
     )
@@ -248,7 +249,9 @@ impl Model {
             time_ns: decl.time_ns,
             probe: *id,
             tid: decl.tid,
+            tag: format::NO_CONTEXT,
             args: args.iter().map(Value::of).collect(),
+            context: Context::None,
         });
         self.head += slots;
         self.records += 1;

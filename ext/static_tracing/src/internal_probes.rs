@@ -33,6 +33,10 @@ mod probes {
     /// The process published its tracing state for `static-tracing`
     /// (enable/disable/toggle): the state file's path.
     fn state__publish(path: &str) {}
+    /// The current fiber's W3C trace context changed: its trace id and
+    /// span id in lowercase hex, both empty when it was cleared (see
+    /// `StaticTracing.with_trace_context`).
+    fn trace__context(trace_id: &str, span_id: &str) {}
 }
 
 pub fn provider_load(name: &str, path: impl FnOnce() -> String, probes: usize) {
@@ -59,4 +63,10 @@ pub fn load_error(provider: &str, message: impl FnOnce() -> String) {
 
 pub fn state_publish(path: &str) {
     probes::state__publish!(|| path);
+}
+
+// The probe macro takes a closure's text, not a function.
+#[allow(clippy::redundant_closure)]
+pub fn trace_context(ids: impl FnOnce() -> (String, String)) {
+    probes::trace__context!(|| ids());
 }

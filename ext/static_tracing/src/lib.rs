@@ -24,6 +24,7 @@ mod recording;
 mod ruby_api;
 mod semaphore_poller;
 mod site_slot;
+mod trace_contexts;
 
 use magnus::{Error, Ruby};
 

@@ -19,16 +19,17 @@
 //! forked child, where the fork handler takes the parent's ring away before
 //! any Ruby code runs in the child (see [`forget_inherited`]).
 
+use crate::trace_contexts;
 use stapsdt::ring::{Arg, Ring, RingConfig, Window, DEFAULT_TABLE_CAPACITY, MAX_TABLE_CAPACITY};
 use stapsdt::ring_file::{RingFile, RingFileError};
 use stapsdt::snapshot_file::{write_within_budget, Budget, Outcome};
-use std::cell::Cell;
+use stapsdt::trace_context::TraceContext;
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{BorrowedFd, RawFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// A recording: its ring, and what makes it write a snapshot.
 pub struct Recording {
@@ -43,9 +44,23 @@ pub struct Recording {
     trigger_probe: AtomicU32,
     trigger_latency: AtomicU64,
     trigger_time: AtomicU64,
+    /// The trace context that call was made in, if any.
+    trigger_context: Mutex<Option<TraceContext>>,
     /// No trigger wakes anyone before this time (monotonic ns): at most
     /// one snapshot an interval.
     quiet_until: AtomicU64,
+}
+
+/// The call that fired a trigger, as [`Recording::take_trigger`] hands it
+/// over: what its snapshot's window and its line are made of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Trigger {
+    pub probe: u32,
+    pub latency_ns: u64,
+    /// When it ended, on the ring's clock.
+    pub time_ns: u64,
+    /// The trace context it was made in, if any.
+    pub context: Option<TraceContext>,
 }
 
 static CURRENT: AtomicPtr<Recording> = AtomicPtr::new(std::ptr::null_mut());
@@ -124,8 +139,8 @@ impl Target<'_> {
     pub fn record_integer(&self, time_ns: u64, value: i64) {
         match self.probe {
             Some(probe) => {
-                self.ring()
-                    .record_integer(probe, time_ns, thread_id(), value);
+                let maker = trace_contexts::maker(self.recording, time_ns);
+                self.ring().record_integer_by(probe, time_ns, maker, value);
             }
             None => self.ring().count_dropped(),
         }
@@ -135,7 +150,8 @@ impl Target<'_> {
     pub fn record(&self, time_ns: u64, args: &[Arg<'_>]) {
         match self.probe {
             Some(probe) => {
-                self.ring().record(probe, time_ns, thread_id(), args);
+                let maker = trace_contexts::maker(self.recording, time_ns);
+                self.ring().record_by(probe, time_ns, maker, args);
             }
             None => self.ring().count_dropped(),
         }
@@ -161,6 +177,9 @@ impl Target<'_> {
             .trigger_latency
             .store(latency as u64, Ordering::Relaxed);
         recording.trigger_time.store(now, Ordering::Relaxed);
+        if let Ok(mut context) = recording.trigger_context.lock() {
+            *context = trace_contexts::current();
+        }
         if let Some(mut wake) = recording.wake.as_ref() {
             // A full pipe has a byte waiting already: nothing is lost.
             let _ = wake.write(&[0]);
@@ -235,6 +254,7 @@ pub fn install(prepared: Prepared) -> Result<(String, Option<String>), String> {
         trigger_probe: AtomicU32::new(0),
         trigger_latency: AtomicU64::new(0),
         trigger_time: AtomicU64::new(0),
+        trigger_context: Mutex::new(None),
         quiet_until: AtomicU64::new(0),
     });
     CURRENT.store(Arc::into_raw(recording).cast_mut(), Ordering::Release);
@@ -287,6 +307,11 @@ impl Recording {
         self.file.ring()
     }
 
+    /// Which recording of this process this is (see [`Mark`]).
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+
     /// Adds a probe to the ring's table and marks `mark` with it; returns
     /// its id, or None when the table is full: the probe's calls are then
     /// counted as dropped.
@@ -332,19 +357,24 @@ impl Recording {
         write_within_budget(dir, name, budget, || self.ring().snapshot_within(window))
     }
 
-    /// The probe id, latency and time of the call that fired a trigger
-    /// since the last call, if one did; no trigger fires again before
-    /// `quiet_until`.
-    pub fn take_trigger(&self, quiet_until: u64) -> Option<(u32, u64, u64)> {
+    /// The call that fired a trigger since the last call, if one did: its
+    /// probe id, latency, time and trace context (see [`Trigger`]); no
+    /// trigger fires again before `quiet_until`.
+    pub fn take_trigger(&self, quiet_until: u64) -> Option<Trigger> {
         if !self.triggered.load(Ordering::Acquire) {
             return None;
         }
         self.quiet_until.store(quiet_until, Ordering::Relaxed);
-        let taken = (
-            self.trigger_probe.load(Ordering::Relaxed),
-            self.trigger_latency.load(Ordering::Relaxed),
-            self.trigger_time.load(Ordering::Relaxed),
-        );
+        let taken = Trigger {
+            probe: self.trigger_probe.load(Ordering::Relaxed),
+            latency_ns: self.trigger_latency.load(Ordering::Relaxed),
+            time_ns: self.trigger_time.load(Ordering::Relaxed),
+            context: self
+                .trigger_context
+                .lock()
+                .ok()
+                .and_then(|context| *context),
+        };
         self.triggered.store(false, Ordering::Release);
         Some(taken)
     }
@@ -363,24 +393,11 @@ pub fn forget_inherited() {
     }
 }
 
-/// This thread's id, from the kernel once per thread (and again after a
-/// fork, where the one thread left has a new id).
+/// Forks so far in this process's line: a thread id cached before a fork
+/// is not the child's (see `trace_contexts`, which caches it).
 #[inline]
-fn thread_id() -> u32 {
-    thread_local! {
-        static CACHED: Cell<(u32, u32)> = const { Cell::new((u32::MAX, 0)) };
-    }
-    let forks = FORKS.load(Ordering::Relaxed);
-    CACHED.with(|cached| {
-        let (seen_at, tid) = cached.get();
-        if seen_at == forks {
-            return tid;
-        }
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() } as u32;
-        cached.set((forks, tid));
-        tid
-    })
+pub fn forks() -> u32 {
+    FORKS.load(Ordering::Relaxed)
 }
 
 /// CLOCK_MONOTONIC and CLOCK_REALTIME read together: the second between

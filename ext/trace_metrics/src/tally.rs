@@ -129,6 +129,10 @@ impl Found {
     }
 
     fn take(&mut self, probes: &[ProbeEntry], record: &Record) {
+        if record.is_context() {
+            // Not a call: its thread's trace context changed.
+            return;
+        }
         let id = record.probe as usize;
         self.calls[id] += 1;
         if let (Some(arg), Some(histogram)) = (probes[id].latency_arg, &mut self.latencies[id]) {

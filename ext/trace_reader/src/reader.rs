@@ -6,15 +6,16 @@ use crate::errors::{cli_error, trace_error};
 use crate::output::RubyWriter;
 use crate::sources::Source;
 use crate::trace::Trace;
-use magnus::{prelude::*, Error, RArray, RModule, Ruby, Value};
+use magnus::{prelude::*, Error, RArray, RModule, RString, Ruby, Value};
 use stapsdt::ring::follow::{self, Counts, DumpError};
 use stapsdt::ring::format::{offset, SLOT_SIZE};
 use stapsdt::ring::trace_file::read_thread_names;
-use std::cell::RefCell;
+use stapsdt::trace_context::parse_trace_id;
+use std::cell::{Cell, RefCell};
 use std::fs::File;
 use std::mem::ManuallyDrop;
 use trace_report::report::select::{self, Bound, Selection};
-use trace_report::report::{self, Format, ReportError, ThreadNames};
+use trace_report::report::{self, Format, Options, ReportError, ThreadNames};
 use trace_report::Trace as Read;
 
 /// `TraceReader.read(source, name)`: the file (see `Source::of`), read whole.
@@ -35,6 +36,7 @@ struct Traces {
     traces: RefCell<Vec<Read>>,
     /// Their threads' names, as the files hold them.
     names: ThreadNames,
+    options: Cell<Options>,
 }
 
 impl Traces {
@@ -54,27 +56,43 @@ impl Traces {
         Ok(Traces {
             traces: RefCell::new(traces),
             names,
+            options: Cell::new(Options::default()),
         })
     }
 
-    /// `select(patterns, since, until)`: keeps the probes the patterns
-    /// (`provider:probe` globs, checked by the caller) name, all of them
-    /// if none, and the records of the window; a bound is nil,
-    /// `["after_first", ns]` or `["wall", ns since the epoch]`.
+    /// `select(patterns, since, until, trace_id)`: keeps the probes the
+    /// patterns (`provider:probe` globs, checked by the caller) name, all
+    /// of them if none, and the records of the window and of the trace
+    /// (nil: any); a bound is nil, `["after_first", ns]` or `["wall", ns
+    /// since the epoch]`.
     fn select(
         ruby: &Ruby,
         rb_self: &Self,
         patterns: Vec<String>,
         since: Option<(String, i64)>,
         until: Option<(String, i64)>,
+        trace_id: Option<String>,
     ) -> Result<(), Error> {
+        let trace_id = trace_id
+            .map(|hex| {
+                parse_trace_id(hex.as_bytes())
+                    .map_err(|err| magnus::Error::new(ruby.exception_arg_error(), err.to_string()))
+            })
+            .transpose()?;
         let selection = Selection {
             patterns,
             since: since.map(|bound| bound_of(ruby, bound)).transpose()?,
             until: until.map(|bound| bound_of(ruby, bound)).transpose()?,
+            trace_id,
         };
         select::select(&mut rb_self.traces.borrow_mut(), &selection)
             .map_err(|message| cli_error(ruby, message))
+    }
+
+    /// `slowest=(count)`: how many of each latency probe's slowest calls
+    /// the text and JSON reports list.
+    fn set_slowest(&self, count: usize) {
+        self.options.set(Options { slowest: count });
     }
 
     /// `check(format)`: raises what `report` would refuse, before any
@@ -90,7 +108,13 @@ impl Traces {
         let format = format_named(ruby, &format)?;
         let mut writer = RubyWriter::new(ruby, out);
         let traces = rb_self.traces.borrow();
-        match report::write(&traces, &rb_self.names, format, &mut writer) {
+        match report::write(
+            &traces,
+            &rb_self.names,
+            format,
+            &rb_self.options.get(),
+            &mut writer,
+        ) {
             Ok(()) => writer.finish(),
             Err(ReportError::Io(err)) => Err(writer.take_error(err)),
             Err(err) => Err(report_error(ruby, err)),
@@ -152,6 +176,16 @@ pub fn tuple(counts: Counts) -> (u64, u64, u64) {
     (counts.records, counts.lost, counts.dropped)
 }
 
+/// `TraceReader.trace_id_problem(text)`: nil for a W3C trace id (32
+/// lowercase hex digits, not all zero), else what is wrong with it and the
+/// form expected.
+fn trace_id_problem(text: RString) -> Option<String> {
+    // SAFETY: the bytes are read before any Ruby code runs.
+    unsafe { parse_trace_id(text.as_slice()) }
+        .err()
+        .map(|err| err.to_string())
+}
+
 pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     // The format's constants that the gem's Ruby code, its benchmarks and
     // its specs need, from the format's owner rather than known there.
@@ -160,9 +194,11 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     module.define_singleton_method("read", function!(read, 2))?;
     module.define_singleton_method("load", function!(Traces::load, 1))?;
     module.define_singleton_method("dump", function!(dump, 3))?;
+    module.define_singleton_method("trace_id_problem", function!(trace_id_problem, 1))?;
     let traces = module.define_class("Traces", ruby.class_object())?;
     traces.undef_default_alloc_func();
-    traces.define_method("select", method!(Traces::select, 3))?;
+    traces.define_method("select", method!(Traces::select, 4))?;
+    traces.define_method("slowest=", method!(Traces::set_slowest, 1))?;
     traces.define_method("check", method!(Traces::check, 1))?;
     traces.define_method("report", method!(Traces::report, 2))?;
     Ok(())

@@ -2,9 +2,9 @@
 //! command's TraceFile (lib/static_tracing/cli/trace_file.rb), which shows
 //! its records to Ruby only when asked (the reports never do).
 
-use magnus::{prelude::*, Error, RArray, RModule, Ruby, Value};
+use magnus::{prelude::*, Error, IntoValue, RArray, RModule, Ruby, Value};
 use stapsdt::ring::format::type_name;
-use stapsdt::ring::{Arg, ProbeEntry};
+use stapsdt::ring::{Arg, Context, ProbeEntry};
 use trace_report::{RecordRef, Records, Trace as Read};
 
 #[magnus::wrap(class = "StaticTracing::TraceReader::Trace", free_immediately, size)]
@@ -116,12 +116,19 @@ fn record_array(ruby: &Ruby, record: RecordRef<'_>) -> Result<RArray, Error> {
         };
         args.push(value)?;
     }
-    let entry = ruby.ary_new_capa(5);
+    let entry = ruby.ary_new_capa(6);
     entry.push(record.seq)?;
     entry.push(record.time_ns)?;
     entry.push(record.probe)?;
     entry.push(record.tid)?;
     entry.push(args)?;
+    // Its trace context: nil (none), :unknown, or [trace_id, span_id].
+    let context: Value = match record.context {
+        Context::None => ruby.qnil().as_value(),
+        Context::Unknown => ruby.to_symbol("unknown").as_value(),
+        Context::Known(context) => (context.trace_hex(), context.span_hex()).into_value_with(ruby),
+    };
+    entry.push(context)?;
     Ok(entry)
 }
 

@@ -1,5 +1,6 @@
 //! A file's records held for the reports: one after another in one
-//! buffer, each as its sequence number, time, probe id and thread, then its
+//! buffer, each as its sequence number, time, probe id, thread and trace
+//! context (an index into a table of the file's contexts), then its
 //! arguments as the ring encodes them (an Integer or a Float in 8 bytes, a
 //! String as its 2-byte length and its bytes), without the slots' stamps
 //! and padding. A million one-Integer records take 32 MB, as many bytes as
@@ -9,12 +10,21 @@
 //! it goes, its Strings borrowed from the buffer.
 
 use stapsdt::ring::format::{slots_for, STAMP_SHIFT, STRING_LENGTH};
-use stapsdt::ring::{Arg, ProbeEntry, Record, Slot, Value};
+use stapsdt::ring::{Arg, Context, ProbeEntry, Record, Slot, Value};
+use stapsdt::trace_context::TraceContext;
 use stapsdt::ArgType;
+use std::collections::HashMap;
 use std::fmt;
 
-/// Sequence number, time, probe id and thread, before the arguments.
-const FIXED: usize = 24;
+/// Sequence number, time, probe id, thread and context, before the
+/// arguments.
+const FIXED: usize = 28;
+
+/// A record's context as held: none, unknown, or `KNOWN` plus its index
+/// in `Records::contexts`.
+const NO_CONTEXT: u32 = 0;
+const UNKNOWN_CONTEXT: u32 = 1;
+const KNOWN: u32 = 2;
 
 /// A file's records, in the order pushed: sequence order once
 /// [`Records::sort`] has run.
@@ -27,6 +37,12 @@ pub struct Records {
     /// Some record came before one of a lower sequence number.
     unsorted: bool,
     last_seq: u64,
+    /// The trace contexts the records were made in, each once.
+    contexts: Vec<TraceContext>,
+    context_index: HashMap<TraceContext, u32>,
+    /// Context records read: not held (their contexts are, on the records
+    /// made in them), but read, not lost.
+    context_records: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -55,8 +71,13 @@ impl Records {
     }
 
     /// Holds `record`, whose probe id and arguments the reader checked
-    /// against the probe table this was made with.
+    /// against the probe table this was made with; a context record is
+    /// counted, not held.
     pub fn push(&mut self, record: &Record) {
+        if record.is_context() {
+            self.context_records += 1;
+            return;
+        }
         debug_assert!(self.fits(record), "{record:?}");
         if self.len > 0 && record.seq < self.last_seq {
             self.unsorted = true;
@@ -68,6 +89,9 @@ impl Records {
         bytes.extend_from_slice(&record.time_ns.to_le_bytes());
         bytes.extend_from_slice(&record.probe.to_le_bytes());
         bytes.extend_from_slice(&record.tid.to_le_bytes());
+        let context = self.context_number(&record.context);
+        let bytes = &mut self.bytes;
+        bytes.extend_from_slice(&context.to_le_bytes());
         for arg in &record.args {
             match arg {
                 Value::Int(value) => bytes.extend_from_slice(&value.to_le_bytes()),
@@ -81,9 +105,27 @@ impl Records {
         }
     }
 
+    /// The number a record made in `context` holds.
+    fn context_number(&mut self, context: &Context) -> u32 {
+        match context {
+            Context::None => NO_CONTEXT,
+            Context::Unknown => UNKNOWN_CONTEXT,
+            Context::Known(context) => {
+                let next = self.contexts.len() as u32;
+                let index = *self.context_index.entry(*context).or_insert(next);
+                if index == next {
+                    self.contexts.push(*context);
+                }
+                KNOWN + index
+            }
+        }
+    }
+
     /// Holds a record read as its first slot says (its sequence number's
     /// 48 bits, time, probe and thread) and its payload, whose arguments
     /// the reader checked against the probe table this was made with.
+    /// Slots carry no resolved context: the record is held as made in
+    /// an unknown one (a context record is left out).
     pub fn push_slots(&mut self, first: Slot<'_>, payload: &[u8]) {
         let Some(layout) = self.layouts.get(first.probe() as usize) else {
             return;
@@ -97,6 +139,12 @@ impl Records {
         self.bytes.extend_from_slice(&first.time_ns().to_le_bytes());
         self.bytes.extend_from_slice(&first.probe().to_le_bytes());
         self.bytes.extend_from_slice(&first.tid().to_le_bytes());
+        let context = if first.tag() == stapsdt::ring::format::NO_CONTEXT {
+            NO_CONTEXT
+        } else {
+            UNKNOWN_CONTEXT
+        };
+        self.bytes.extend_from_slice(&context.to_le_bytes());
         self.bytes.extend_from_slice(&payload[..len]);
     }
 
@@ -150,6 +198,11 @@ impl Records {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Context records read (not held: see [`Records::push`]).
+    pub fn context_records(&self) -> u64 {
+        self.context_records
     }
 
     /// Bytes held.
@@ -210,6 +263,11 @@ impl<'a> Iterator for Iter<'a> {
             time_ns: u64_at(bytes, 8),
             probe,
             tid: u32_at(bytes, 20),
+            context: match u32_at(bytes, 24) {
+                NO_CONTEXT => Context::None,
+                UNKNOWN_CONTEXT => Context::Unknown,
+                known => Context::Known(self.records.contexts[(known - KNOWN) as usize]),
+            },
             types: &layout.types,
             args: &args[..args_len],
         })
@@ -252,6 +310,8 @@ pub struct RecordRef<'a> {
     /// Its probe's id (an index into `Trace::probes`).
     pub probe: u32,
     pub tid: u32,
+    /// The trace context it was made in.
+    pub context: Context,
     types: &'a [ArgType],
     args: &'a [u8],
 }
@@ -278,6 +338,9 @@ impl<'a> RecordRef<'a> {
             time_ns: self.time_ns,
             probe: self.probe,
             tid: self.tid,
+            // The tag is not held: the context it named is.
+            tag: 0,
+            context: self.context,
             args: self
                 .args()
                 .map(|arg| match arg {
@@ -419,6 +482,37 @@ mod tests {
         let mut expected = pushed.to_vec();
         expected.sort_by_key(|record| record.seq);
         assert_eq!(held(&records), expected);
+    }
+
+    #[test]
+    fn holds_each_records_context_and_counts_context_records_apart() {
+        let probes = [index_probe(0)];
+        let a = TraceContext::new([1; 16], [2; 8]).unwrap();
+        let b = TraceContext::new([3; 16], [4; 8]).unwrap();
+        let in_context = |seq: u64, context: Context| {
+            let mut record = numbered(seq, record(0, vec![Value::Int(seq as i64)], seq, 7));
+            record.context = context;
+            record
+        };
+        let mut switch = record(stapsdt::ring::format::CONTEXT_PROBE, Vec::new(), 0, 7);
+        switch.context = Context::Known(a);
+        let mut records = Records::new(&probes);
+        records.push(&switch);
+        let contexts = [
+            Context::Known(a),
+            Context::None,
+            Context::Known(b),
+            Context::Unknown,
+            Context::Known(a),
+        ];
+        for (seq, context) in contexts.iter().enumerate() {
+            records.push(&in_context(seq as u64, *context));
+        }
+        assert_eq!((records.len(), records.context_records()), (5, 1));
+        let held: Vec<Context> = records.iter().map(|record| record.context).collect();
+        assert_eq!(held, contexts);
+        // Each context once.
+        assert_eq!(records.contexts, [a, b]);
     }
 
     #[test]

@@ -109,6 +109,26 @@ impl FromStr for Format {
     }
 }
 
+/// What a report shows beyond what every report does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// How many of each latency probe's slowest calls the text and JSON
+    /// reports list.
+    pub slowest: usize,
+}
+
+impl Options {
+    pub const DEFAULT_SLOWEST: usize = 5;
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            slowest: Options::DEFAULT_SLOWEST,
+        }
+    }
+}
+
 /// Why a report was not made, or not all written.
 #[derive(Debug)]
 pub enum ReportError {
@@ -159,13 +179,14 @@ pub fn write(
     traces: &[Trace],
     names: &ThreadNames,
     format: Format,
+    options: &Options,
     out: &mut dyn Write,
 ) -> Result<(), ReportError> {
     check(traces, format)?;
     let mut out = BufWriter::with_capacity(OUTPUT_BUFFER, out);
     match format {
-        Format::Text => text::write(traces, &mut out)?,
-        Format::Json => json::write(traces, &mut out)?,
+        Format::Text => text::write(traces, options, &mut out)?,
+        Format::Json => json::write(traces, options, &mut out)?,
         Format::Chrome => chrome::write(traces, names, &mut out)?,
         Format::Speedscope => speedscope::write(traces, names, &mut out)?,
         Format::Pprof => pprof::write(traces, names, &mut out)?,
@@ -247,7 +268,14 @@ mod tests {
         for format in Format::ALL {
             let mut out = io::sink();
             let started = std::time::Instant::now();
-            write(&traces, &ThreadNames::default(), format, &mut out).unwrap();
+            write(
+                &traces,
+                &ThreadNames::default(),
+                format,
+                &Options::default(),
+                &mut out,
+            )
+            .unwrap();
             eprintln!("{}: {:?}", format.name(), started.elapsed());
         }
     }
@@ -269,7 +297,14 @@ mod tests {
     fn a_refused_report_writes_nothing() {
         let traces = [trace("a.trace", vec![index_probe(0)], calls(&[1]))];
         let mut out = Vec::new();
-        let err = write(&traces, &ThreadNames::default(), Format::Folded, &mut out).unwrap_err();
+        let err = write(
+            &traces,
+            &ThreadNames::default(),
+            Format::Folded,
+            &Options::default(),
+            &mut out,
+        )
+        .unwrap_err();
         assert!(matches!(err, ReportError::Refused(_)));
         assert!(out.is_empty());
         assert!(check(&traces, Format::Svg).is_err());
@@ -318,6 +353,7 @@ mod tests {
                 &traces,
                 &ThreadNames::default(),
                 format,
+                &Options::default(),
                 &mut Full { room: 10 },
             )
             .unwrap_err();

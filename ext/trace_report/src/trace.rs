@@ -43,7 +43,12 @@ impl Trace {
     /// Records the process reserved (dropped ones not included), at least
     /// those read.
     pub fn records_total(&self) -> u64 {
-        self.counters.records.max(self.records.len() as u64)
+        self.counters.records.max(self.records_read())
+    }
+
+    /// Records read: calls held, and context records.
+    pub fn records_read(&self) -> u64 {
+        self.records.len() as u64 + self.records.context_records()
     }
 
     /// Records reserved and not read: dropped (the ring or the probe table
@@ -54,7 +59,7 @@ impl Trace {
 
     /// Records reserved and not in the file (overwritten, or being written).
     pub fn unread(&self) -> u64 {
-        self.records_total() - self.records.len() as u64
+        self.records_total() - self.records_read()
     }
 }
 

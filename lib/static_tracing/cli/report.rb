@@ -18,7 +18,7 @@ module StaticTracing
       # files is not released (docs/recording.md); `report --help` works.
       command "report",
               arguments: "FILE... [--format FORMAT] [--probe PATTERN]... [--since TIME] [--until TIME] " \
-                         "[-o OUTPUT]",
+                         "[--trace-id HEX] [--slowest N] [-o OUTPUT]",
               summary: "Summarize recorded trace files: latency percentiles, a timeline, or stacks to fold",
               description: <<~TEXT.chomp
                 Reads trace files (written by static-tracing record or dump) or a recorder's ring files
@@ -40,8 +40,11 @@ module StaticTracing
                   folded      the stacks of stack probes (StackTracer's), one line per distinct stack with
                               its count, for flamegraph.pl or inferno
                   svg         a flame graph of those stacks, drawn here: widths count calls (records), not time
-                --probe, --since and --until narrow every format to some probes and a window of time; the
-                records lost stay those of the whole files.
+                --probe, --since, --until and --trace-id narrow every format to some probes, a window of
+                time and one request's W3C trace; the records lost stay those of the whole files. text and
+                json list each latency probe's slowest calls (--slowest N, 5 by default) with their
+                process, thread and trace context; chrome gives each record's trace_id and span_id in its
+                args, pprof as labels.
               TEXT
 
       FORMATS = %w[text json chrome speedscope pprof folded svg].freeze
@@ -55,6 +58,8 @@ module StaticTracing
         @output = nil
         @patterns = []
         @window = {}
+        @trace_id = nil
+        @slowest = nil
         parser.on("--format FORMAT", "#{FORMATS.first} (the default), #{FORMATS.drop(1).join(", ")}; " \
                                      "flamegraph is svg and collapsed is folded, as rbspy names them") do |format|
           format = FORMAT_ALIASES.fetch(format, format)
@@ -85,6 +90,24 @@ module StaticTracing
                                   "the window if it ended in it)") do |time|
           @window[:until] = bound("--until", time)
         end
+        define_trace_options(parser)
+      end
+
+      def define_trace_options(parser)
+        parser.on("--trace-id HEX", "Only records made in this W3C trace (32 lowercase hex digits, as in a " \
+                                    "traceparent header)") do |hex|
+          problem = TraceFile.reader.trace_id_problem(hex)
+          raise UsageError, "--trace-id: #{problem}" if problem
+
+          @trace_id = hex
+        end
+        parser.on("--slowest N", "List N slowest calls of each latency probe (text, json; 5 by default, 0 for " \
+                                 "none)") do |count|
+          count_form = /\A\d{1,6}\z/
+          raise UsageError, "--slowest takes a count (0 or more), got #{count.inspect}" unless count_form.match?(count)
+
+          @slowest = Integer(count, 10)
+        end
       end
 
       def execute(args)
@@ -96,7 +119,8 @@ module StaticTracing
         # Every file is read, and the report refuses what it cannot make
         # of them, before OUTPUT is opened: a failure leaves OUTPUT as it was.
         traces = TraceFile.load(paths)
-        traces.select(@patterns.uniq, @window[:since], @window[:until])
+        traces.select(@patterns.uniq, @window[:since], @window[:until], @trace_id)
+        traces.slowest = @slowest if @slowest
         traces.check(@format)
         writing { |destination| traces.report(@format, destination) }
         0

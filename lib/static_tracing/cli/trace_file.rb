@@ -34,8 +34,15 @@ module StaticTracing
 
       # A record: +seq+ its first slot's sequence number, +time_ns+ the
       # file's CLOCK_MONOTONIC when it was made (when the call ended, for a
-      # latency probe), +probe+ a Probe, +tid+ the thread, +args+ the values.
-      Record = Struct.new(:seq, :time_ns, :probe, :tid, :args)
+      # latency probe), +probe+ a Probe, +tid+ the thread, +args+ the values,
+      # +context+ the W3C trace context it was made in: [trace_id, span_id]
+      # (hex), nil outside any, or :unknown when its context record was not
+      # read (overwritten in a flight ring).
+      Record = Struct.new(:seq, :time_ns, :probe, :tid, :args, :context) do
+        def trace_id
+          context[0] if context.is_a?(Array)
+        end
+      end
 
       # Descriptors besides the files read: the standard streams, the
       # output, the reader's own.
@@ -128,7 +135,10 @@ module StaticTracing
 
         # Records from the reader's [seq, time_ns, probe_id, tid, args].
         def records_of(list, probes)
-          list.map { |seq, time_ns, probe_id, tid, args| Record.new(seq, time_ns, probes[probe_id], tid, args) }
+          list.map do |fields|
+            fields[2] = probes[fields[2]]
+            Record.new(*fields)
+          end
         end
       end
 

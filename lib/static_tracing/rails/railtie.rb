@@ -19,6 +19,14 @@ module StaticTracing
         end
       end
 
+      # Each request in its W3C trace context, from the first middleware on
+      # (after config/initializers, which may say not to).
+      initializer "static_tracing.trace_context", after: :load_config_initializers do |app|
+        if Settings.new(app.config.static_tracing).trace_context && StaticTracing::Rails.available?
+          app.middleware.insert_before(0, StaticTracing::TraceContextMiddleware)
+        end
+      end
+
       config.after_initialize do |app|
         StaticTracing::Rails.install(Settings.new(app.config.static_tracing).events)
       end

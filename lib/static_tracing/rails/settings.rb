@@ -7,10 +7,11 @@ module StaticTracing
     #
     #   config.static_tracing.events = %w[sql.active_record process_action.action_controller]
     #   config.static_tracing.trace_actions = true
+    #   config.static_tracing.trace_context = false   # no TraceContextMiddleware
     class Settings
-      DEFAULTS = { events: EVENTS.keys.freeze, trace_actions: false }.freeze
+      DEFAULTS = { events: EVENTS.keys.freeze, trace_actions: false, trace_context: true }.freeze
 
-      attr_reader :events, :trace_actions
+      attr_reader :events, :trace_actions, :trace_context
 
       # +options+: a Hash or the app's ActiveSupport::OrderedOptions.
       def initialize(options = {})
@@ -18,14 +19,18 @@ module StaticTracing
         unknown = options.keys - DEFAULTS.keys
         unless unknown.empty?
           raise ArgumentError, "unknown setting #{self.class.setting_names(unknown).join(", ")}: " \
-                               "the settings are #{self.class.setting_names(DEFAULTS.keys).join(" and ")}"
+                               "the settings are #{self.class.listed(self.class.setting_names(DEFAULTS.keys))}"
         end
 
         options = DEFAULTS.merge(options)
         @events = self.class.events(options[:events])
-        @trace_actions = trace_actions_from(options[:trace_actions])
+        @trace_actions = boolean(:trace_actions, options[:trace_actions])
+        @trace_context = boolean(:trace_context, options[:trace_context])
         freeze
       end
+
+      # "a, b and c".
+      def self.listed(names) = [names[0...-1].join(", "), names.last].reject(&:empty?).join(" and ")
 
       def self.setting_names(keys)
         keys.map { |key| "config.static_tracing.#{key}" }
@@ -53,10 +58,10 @@ module StaticTracing
 
       private
 
-      def trace_actions_from(value)
+      def boolean(setting, value)
         return value if [true, false].include?(value)
 
-        raise ArgumentError, "invalid config.static_tracing.trace_actions #{value.inspect}: give true or false"
+        raise ArgumentError, "invalid config.static_tracing.#{setting} #{value.inspect}: give true or false"
       end
     end
   end

@@ -12,15 +12,16 @@ module StaticTracing
 
       # Writes the snapshot a trigger asked for: +probe_id+'s call took
       # +latency+ ns and ended at +time_ns+ (StaticTracing.nsec's clock,
-      # the ring's). It holds that call and the records made in the
-      # dump_window seconds before it began (dump_records at most, the
-      # newest), if the dump directory's budget (max_dumps files and
-      # max_dump_bytes bytes of trace files, whoever wrote them) has room
-      # for it: past it, the oldest are kept, and it says why there is none.
-      # Says what it wrote on stderr, where an operator sees it; a snapshot
-      # that cannot be written is said too, and recording goes on. Called
-      # without the lock: the ring is copied while the process goes on.
-      def after_trigger(recording, probe_id, latency, time_ns)
+      # the ring's), in the trace +trace_id+ (hex; nil outside any trace
+      # context), which the line names. It holds that call and the records
+      # made in the dump_window seconds before it began (dump_records at
+      # most, the newest), if the dump directory's budget (max_dumps files
+      # and max_dump_bytes bytes of trace files, whoever wrote them) has
+      # room for it: past it, the oldest are kept, and it says why there is
+      # none. Says what it wrote on stderr, where an operator sees it; a
+      # snapshot that cannot be written is said too, and recording goes on.
+      # Called without the lock: the ring is copied while the process goes on.
+      def after_trigger(recording, probe_id, latency, time_ns, trace_id = nil)
         settings = recording.settings
         tracepoint = recording.armed.key(probe_id)
         dir = directory(settings)
@@ -28,12 +29,12 @@ module StaticTracing
         written, *counts = Native.recorder_trigger_dump(dir, name, window_start(settings, latency, time_ns),
                                                         settings.dump_records, settings.max_dumps,
                                                         settings.max_dump_bytes)
-        return over_budget(recording, tracepoint, latency, dir, counts) unless written
+        call = slow_call(tracepoint, latency, trace_id)
+        return over_budget(settings, call, dir, counts) unless written
 
         path = File.join(dir, name)
         STATE_LOCK.synchronize { count(recording, path) }
-        warn("static_tracing: #{label(tracepoint)} took #{Durations.format(latency)} (#{settings.dump_when}): " \
-             "wrote #{path}")
+        warn("static_tracing: #{call} (#{settings.dump_when}): wrote #{path}")
       rescue SystemCallError, StaticTracing::Error => e
         warn("static_tracing: could not write the snapshot #{label(tracepoint)} asked for: #{e.message}")
       end
@@ -53,9 +54,8 @@ module StaticTracing
       # The directory's budget had no room: said each time (at most once a
       # dump_interval), as a snapshot written is; the triggers stay, and a
       # budget freed by moving files away is used again.
-      def over_budget(recording, tracepoint, latency, dir, (files, bytes))
-        settings = recording.settings
-        warn("static_tracing: #{label(tracepoint)} took #{Durations.format(latency)} (#{settings.dump_when}): " \
+      def over_budget(settings, slow_call, dir, (files, bytes))
+        warn("static_tracing: #{slow_call} (#{settings.dump_when}): " \
              "no snapshot: #{dir} holds #{files} trace files of #{bytes} bytes, its budget is " \
              "#{settings.max_dumps} files and #{settings.max_dump_bytes} bytes (--max-dumps, --max-dump-bytes); " \
              "the oldest are kept: move them away for new ones")
@@ -97,6 +97,12 @@ module StaticTracing
       def file_name(recording, tracepoint)
         [Process.pid, tracepoint&.provider&.name, tracepoint&.name, Time.now.utc.strftime("%Y%m%dT%H%M%S"),
          recording.dumps.size + 1].compact.join("-") << ".trace"
+      end
+
+      # What a trigger's line says of the slow call: its probe, how long it
+      # took and, made in a trace context, its trace.
+      def slow_call(tracepoint, latency, trace_id)
+        "#{label(tracepoint)} took #{Durations.format(latency)}#{" (trace #{trace_id})" if trace_id}"
       end
 
       def label(tracepoint)

@@ -7,12 +7,15 @@
 //! by it, so that a hostile file gives an error, never a panic, and
 //! allocations stay within a small multiple of the input's length.
 
+use super::contexts::Context;
 use super::format::{
     self, decode_entry, decode_stamp, hex, offset, Counters, Header, Stamp, COMPLETE, HEADER_SIZE,
-    INDEX_MASK, MAGIC, OVERWRITE, PAGE, SLOT_SIZE, STRING_LENGTH, TABLE_OFFSET, VERSION,
+    INDEX_MASK, MAGIC, OLDEST_VERSION, OVERWRITE, PAGE, SLOT_SIZE, STRING_LENGTH, TABLE_OFFSET,
+    VERSION,
 };
-use super::format::{ProbeEntry, Slot, Value};
+use super::format::{ProbeEntry, Slot, Value, CONTEXT_PROBE, CONTEXT_SLOTS, CONTEXT_TAGS};
 use crate::probe::ArgType;
+use crate::trace_context::{TraceContext, SPAN_ID_LEN, TRACE_ID_LEN};
 use std::fmt;
 
 /// The file breaks the format: the message says where and how.
@@ -53,17 +56,32 @@ impl fmt::Display for FormatError {
 
 impl std::error::Error for FormatError {}
 
-/// A record read back.
+/// A record read back: a call of a probe, or a context record (its
+/// thread's trace context changed: [`Record::is_context`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {
     /// Its first slot's sequence number.
     pub seq: u64,
     pub slots: u64,
     pub time_ns: u64,
-    /// Its probe's id (an index into `Trace::probes`).
+    /// Its probe's id (an index into `Trace::probes`), or `CONTEXT_PROBE`
+    /// for a context record.
     pub probe: u32,
     pub tid: u32,
+    /// Its context tag, as the record holds it (see `format::Maker`).
+    pub tag: u32,
+    /// A call's arguments; none for a context record.
     pub args: Vec<Value>,
+    /// The context a call was made in (once the reader's `Contexts` took
+    /// it in); a context record's own.
+    pub context: Context,
+}
+
+impl Record {
+    /// A context record: its thread's context from now on, not a call.
+    pub fn is_context(&self) -> bool {
+        self.probe == CONTEXT_PROBE
+    }
 }
 
 /// A ring or trace file read whole.
@@ -117,11 +135,11 @@ pub(super) fn header(bytes: &[u8], file_len: u64) -> Result<Header, FormatError>
     }
     if bytes.len() >= 12 {
         let version = u32_at(bytes, offset::VERSION);
-        if version != VERSION {
+        if !(OLDEST_VERSION..=VERSION).contains(&version) {
             return Err(FormatError::invalid(
                 "format version",
                 offset::VERSION as u64,
-                format!("{VERSION} (the version this static-tracing reads)"),
+                format!("{OLDEST_VERSION} or {VERSION} (the versions this static-tracing reads)"),
                 version,
             ));
         }
@@ -164,6 +182,7 @@ pub(super) fn header(bytes: &[u8], file_len: u64) -> Result<Header, FormatError>
         return Err(field("reserved", offset::RESERVED, &0, &reserved));
     }
     let header = Header {
+        version: u32_at(bytes, offset::VERSION),
         table_capacity: u64_at(bytes, offset::TABLE_CAPACITY),
         ring_offset: u64_at(bytes, offset::RING_OFFSET),
         slot_count: u64_at(bytes, offset::SLOT_COUNT),
@@ -316,6 +335,9 @@ pub(super) struct Slots<'a> {
     pub(super) ring_offset: u64,
     pub(super) probes: &'a [ProbeEntry],
     pub(super) max_string: u32,
+    /// The file's format version: a version-1 file has no context records
+    /// and no context tags.
+    pub(super) version: u32,
 }
 
 /// A record found whole and valid, by its first slot's position.
@@ -436,14 +458,34 @@ impl Slots<'_> {
 
     fn record(&self, found: &Found, args: Vec<Value>) -> Record {
         let first = self.slot(found.position);
-        Record {
+        let mut record = Record {
             seq: found.seq,
             slots: found.slots,
             time_ns: first.time_ns(),
             probe: first.probe(),
             tid: first.tid(),
+            tag: first.tag(),
             args,
+            context: Context::None,
+        };
+        if record.is_context() {
+            // arguments() checked the ids.
+            record.context = Context::Known(self.context_of(found.position).unwrap());
         }
+        record
+    }
+
+    /// The ids a context record's slots hold, if neither is all zero.
+    fn context_of(&self, position: u64) -> Option<TraceContext> {
+        let mut payload = [0; TRACE_ID_LEN + SPAN_ID_LEN];
+        let first = self.slot(position).first_payload();
+        payload[..first.len()].copy_from_slice(first);
+        let later = self.slot((position + 1) % self.slot_count).later_payload();
+        payload[first.len()..].copy_from_slice(&later[..TRACE_ID_LEN + SPAN_ID_LEN - first.len()]);
+        TraceContext::new(
+            payload[..TRACE_ID_LEN].try_into().unwrap(),
+            payload[TRACE_ID_LEN..].try_into().unwrap(),
+        )
     }
 
     /// Which slots of `area` (by their index there) hold a slot of a
@@ -598,7 +640,32 @@ impl Slots<'_> {
                 found,
             )
         };
-        let probe_id = self.slot(position).probe();
+        let first = self.slot(position);
+        let probe_id = if self.version == 1 {
+            // A version-1 record: the probe id is word 2's low half, and
+            // the thread id its high half, which no Linux thread id fills.
+            if first.above_tid() != 0 {
+                return Err(error(
+                    "thread id".to_owned(),
+                    format!("below {} (a Linux thread id)", 1u64 << format::TID_BITS),
+                    u64::from(first.tid() | (first.above_tid() << format::TID_BITS)).to_string(),
+                ));
+            }
+            let field = first.probe_field();
+            if field >= CONTEXT_PROBE {
+                return Err(error(
+                    "probe id".to_owned(),
+                    format!("below {} (the probe table's entries)", self.probes.len()),
+                    field.to_string(),
+                ));
+            }
+            field
+        } else {
+            first.probe()
+        };
+        if probe_id == CONTEXT_PROBE {
+            return self.context_record(position, slots, &error);
+        }
         let Some(probe) = self.probes.get(probe_id as usize) else {
             return Err(error(
                 "probe id".to_owned(),
@@ -663,6 +730,66 @@ impl Slots<'_> {
             return Ok(());
         }
         payload_ends(probe, slots, payload, at, &error)
+    }
+}
+
+impl Slots<'_> {
+    /// Checks the context record at `position`: its slots, its tag, its
+    /// ids, its padding.
+    fn context_record(
+        &self,
+        position: u64,
+        slots: u64,
+        error: &dyn Fn(String, String, String) -> FormatError,
+    ) -> Result<(), FormatError> {
+        if slots != CONTEXT_SLOTS {
+            return Err(error(
+                "slot count for a context record".to_owned(),
+                format!(
+                    "{CONTEXT_SLOTS} (its trace id and span id take {} bytes)",
+                    format::CONTEXT_PAYLOAD
+                ),
+                slots.to_string(),
+            ));
+        }
+        let first = self.slot(position);
+        let tag = first.tag();
+        if !CONTEXT_TAGS.contains(&tag) {
+            return Err(error(
+                "context record's tag".to_owned(),
+                format!("{} to {}", CONTEXT_TAGS.start(), CONTEXT_TAGS.end()),
+                tag.to_string(),
+            ));
+        }
+        let later = self.slot((position + 1) % self.slot_count).later_payload();
+        let (trace_rest, after) = later.split_at(TRACE_ID_LEN - first.first_payload().len());
+        let (span, padding) = after.split_at(SPAN_ID_LEN);
+        let zero = |bytes: &[u8]| bytes.iter().all(|&byte| byte == 0);
+        if zero(first.first_payload()) && zero(trace_rest) {
+            return Err(error(
+                "context record's trace id".to_owned(),
+                "not all zero".to_owned(),
+                hex(&[first.first_payload(), trace_rest].concat()),
+            ));
+        }
+        if zero(span) {
+            return Err(error(
+                "context record's span id".to_owned(),
+                "not all zero".to_owned(),
+                hex(span),
+            ));
+        }
+        if !zero(padding) {
+            return Err(error(
+                "padding for a context record".to_owned(),
+                format!(
+                    "zero bytes after its {} bytes of ids",
+                    format::CONTEXT_PAYLOAD
+                ),
+                hex(padding),
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -22,11 +22,16 @@
 //! that bound, so that it never goes down and never counts a record that
 //! a later read takes.
 //!
+//! A cursor also keeps the trace context in force on each thread (see
+//! [`Contexts`]), so that the records it visits carry theirs across reads.
+//!
 //! A cursor is plain numbers (times are `CLOCK_MONOTONIC` nanoseconds,
-//! the same in every process of the machine), so that it can be kept
-//! wherever its readers are: in one reader, or shared between processes.
-//! A read that fails leaves it as it was.
+//! the same in every process of the machine) and the contexts of the
+//! threads it read, so that it can be kept wherever its readers are: in
+//! one reader, or shared between processes. A read that fails leaves it
+//! as it was.
 
+use super::contexts::Contexts;
 use super::format::Counters;
 use super::scan::{Opened, ReadAt, ReadError};
 use super::Record;
@@ -60,7 +65,7 @@ impl std::ops::Add for Lost {
 }
 
 /// A reader's place in one ring; see the module's documentation.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Cursor {
     /// The sequence number of the next slot to read.
     pub position: u64,
@@ -69,6 +74,8 @@ pub struct Cursor {
     pub lost: Lost,
     /// Where a read last stopped short of its cut, and since when (ns).
     pub stalled: Option<(u64, u64)>,
+    /// The context in force on each thread, as the records read tell.
+    pub contexts: Contexts,
 }
 
 impl Cursor {
@@ -82,7 +89,8 @@ impl Cursor {
 
     /// Visits the records committed one after another from the position
     /// to the cut of `opened` (the ring in `source`, opened live), each
-    /// with the bytes of its slots, and moves past them; returns how many.
+    /// with the bytes of its slots and the context it was made in, and
+    /// moves past them; returns how many.
     pub fn follow(
         &mut self,
         opened: &Opened,
@@ -90,8 +98,10 @@ impl Cursor {
         mut visit: impl FnMut(Record, &[u8]),
     ) -> Result<u64, ReadError> {
         let mut read = 0;
-        let position = opened.follow(source, self.position, |record, slots| {
+        let contexts = &mut self.contexts;
+        let position = opened.follow(source, self.position, |mut record, slots| {
             read += 1;
+            contexts.resolve(&mut record);
             visit(record, slots);
         })?;
         self.moved(opened, position, read);
@@ -111,11 +121,13 @@ impl Cursor {
         let from = self.position.clamp(head.saturating_sub(slot_count), head);
         let position = self.position;
         let mut read = 0;
-        opened.scan(source, slot_count - (head - from), |record, slots| {
+        let contexts = &mut self.contexts;
+        opened.scan(source, slot_count - (head - from), |mut record, slots| {
             // A record a lap older than the position can still be in its
             // slot (its overwriter gave up): read before, or lost.
             if record.seq >= position {
                 read += 1;
+                contexts.resolve(&mut record);
                 visit(record, slots);
             }
         })?;
@@ -134,7 +146,7 @@ impl Cursor {
         grace_ns: u64,
         mut visit: impl FnMut(Record, &[u8]),
     ) -> Result<u64, ReadError> {
-        let mut next = *self;
+        let mut next = self.clone();
         let stalled = next.stalled;
         let mut read = next.follow(opened, source, &mut visit)?;
         next.stalled = None;

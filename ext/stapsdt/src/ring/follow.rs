@@ -186,13 +186,14 @@ impl Follower {
     }
 
     pub fn counts(&self) -> Counts {
-        let mut cursor = self.cursor;
-        cursor.lost.dropped = cursor.lost.dropped.saturating_sub(self.before.dropped);
-        cursor.lost.overwritten = cursor
-            .lost
-            .overwritten
-            .saturating_sub(self.before.overwritten);
-        counts(&cursor)
+        let mut lost = self.cursor.lost;
+        lost.dropped = lost.dropped.saturating_sub(self.before.dropped);
+        lost.overwritten = lost.overwritten.saturating_sub(self.before.overwritten);
+        Counts {
+            records: self.cursor.read,
+            lost: lost.total(),
+            dropped: lost.dropped,
+        }
     }
 
     /// The sequence number of the next slot to read.

@@ -1,13 +1,19 @@
-//! The file format of docs/recording.md (version 1) as constants and pure
+//! The file format of docs/recording.md (version 2) as constants and pure
 //! functions: the writer, the reader and the snapshot share them, so that a
 //! field's offset or a stamp's layout is stated once.
 
 use crate::names::{self, InvalidName, NameKind, MAX_NAME_LEN};
 use crate::probe::{ArgType, MAX_ARGS};
+use crate::trace_context::{SPAN_ID_LEN, TRACE_ID_LEN};
 use std::fmt;
 
 pub const MAGIC: [u8; 8] = *b"STATRACE";
-pub const VERSION: u32 = 1;
+/// The version the writer writes: 2 added trace contexts (context records,
+/// and the context tag in every record's thread word).
+pub const VERSION: u32 = 2;
+/// The oldest version the reader reads: a version-1 record is a version-2
+/// record made outside any context.
+pub const OLDEST_VERSION: u32 = 1;
 pub const HEADER_SIZE: u64 = 4096;
 pub const TABLE_OFFSET: u64 = HEADER_SIZE;
 /// A ring file's slots start on a page, so that they can be mapped apart.
@@ -58,6 +64,9 @@ pub const FIELDS_END: usize = 96;
 /// ones (magic, version, sizes, `table_offset`) are not fields here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
+    /// `VERSION` for a ring this writer makes; a trace file keeps its
+    /// ring's.
+    pub version: u32,
     pub table_capacity: u64,
     pub ring_offset: u64,
     pub slot_count: u64,
@@ -85,7 +94,7 @@ impl Header {
         out.fill(0);
         let mut put = |at: usize, bytes: &[u8]| out[at..at + bytes.len()].copy_from_slice(bytes);
         put(offset::MAGIC, &MAGIC);
-        put(offset::VERSION, &VERSION.to_le_bytes());
+        put(offset::VERSION, &self.version.to_le_bytes());
         put(offset::HEADER_SIZE, &(HEADER_SIZE as u32).to_le_bytes());
         put(offset::TABLE_OFFSET, &TABLE_OFFSET.to_le_bytes());
         put(offset::TABLE_CAPACITY, &self.table_capacity.to_le_bytes());
@@ -198,11 +207,89 @@ pub const fn widen(seq: u64, head: u64) -> u64 {
     }
 }
 
+// A record's word 2: its probe, its thread and the context it was made in.
+
+/// Bits 0 to 19 of word 2: the probe id.
+pub const PROBE_BITS: u32 = 20;
+pub const PROBE_MASK: u64 = (1 << PROBE_BITS) - 1;
+/// The probe id of a context record: no probe table holds this many
+/// probes (`MAX_PROBES`).
+pub const CONTEXT_PROBE: u32 = PROBE_MASK as u32;
+/// Probe ids run from 0 to `MAX_PROBES - 1`.
+pub const MAX_PROBES: usize = CONTEXT_PROBE as usize;
+/// Bits 32 to 53: the thread id (Linux's are below `PID_MAX_LIMIT`, 2^22).
+pub const TID_SHIFT: u32 = 32;
+pub const TID_BITS: u32 = 22;
+pub const TID_MASK: u64 = (1 << TID_BITS) - 1;
+/// The context tag's 22 bits: its low 12 in bits 20 to 31, its high 10 in
+/// bits 54 to 63 (around the thread id, which keeps the place it had in
+/// version 1).
+pub const TAG_BITS: u32 = 22;
+pub const TAG_MASK: u32 = (1 << TAG_BITS) - 1;
+const TAG_LOW_BITS: u32 = 12;
+const TAG_LOW_MASK: u64 = (1 << TAG_LOW_BITS) - 1;
+pub const TAG_HIGH_SHIFT: u32 = TID_SHIFT + TID_BITS;
+/// A record made outside any trace context.
+pub const NO_CONTEXT: u32 = 0;
+/// A record whose thread's context could not be put in the ring (its
+/// context record was dropped): its context is unknown.
+pub const UNKNOWN_CONTEXT: u32 = TAG_MASK;
+/// The tags a context record can have.
+pub const CONTEXT_TAGS: std::ops::RangeInclusive<u32> = 1..=TAG_MASK - 1;
+
+/// Who made a record: its thread, and the tag of the trace context the
+/// thread was in, as word 2 holds them beside the probe id. A record's
+/// context is that of the latest context record of its thread with its tag
+/// (`NO_CONTEXT`: none; `UNKNOWN_CONTEXT`: unknown).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Maker(u64);
+
+impl Maker {
+    /// Thread `tid` (its low 22 bits) in the context tagged `tag` (its low 22 bits).
+    #[inline]
+    pub const fn new(tid: u32, tag: u32) -> Maker {
+        let tag = tag as u64;
+        Maker(
+            ((tag & TAG_LOW_MASK) << PROBE_BITS)
+                | ((tid as u64 & TID_MASK) << TID_SHIFT)
+                | ((tag >> TAG_LOW_BITS) << TAG_HIGH_SHIFT),
+        )
+    }
+
+    /// The maker word 2 names (its probe id left out).
+    #[inline]
+    pub const fn of(word: u64) -> Maker {
+        Maker(word & !PROBE_MASK)
+    }
+
+    pub const fn tid(self) -> u32 {
+        ((self.0 >> TID_SHIFT) & TID_MASK) as u32
+    }
+
+    pub const fn tag(self) -> u32 {
+        (((self.0 >> PROBE_BITS) & TAG_LOW_MASK) | ((self.0 >> TAG_HIGH_SHIFT) << TAG_LOW_BITS))
+            as u32
+    }
+
+    /// Word 2 of a record of `probe` (below `2^PROBE_BITS`) by this maker.
+    #[inline]
+    pub const fn word(self, probe: u32) -> u64 {
+        self.0 | (probe as u64 & PROBE_MASK)
+    }
+}
+
+// Context records.
+
+/// A context record's payload: the trace id, then the span id.
+pub const CONTEXT_PAYLOAD: usize = TRACE_ID_LEN + SPAN_ID_LEN;
+/// The slots a context record takes.
+pub const CONTEXT_SLOTS: u64 = slots_for(CONTEXT_PAYLOAD);
+
 // Slots.
 
 /// A slot's 32 bytes, read as the format lays them out: word 0 is the
-/// stamp; in a record's first slot word 1 is its time, word 2 its probe id
-/// (low half) and thread id (high half), and word 3 the first
+/// stamp; in a record's first slot word 1 is its time, word 2 its probe id,
+/// thread id and context tag (see [`Maker`]), and word 3 the first
 /// `FIRST_PAYLOAD` bytes of its payload; a later slot's words 1 to 3 are
 /// `LATER_PAYLOAD` bytes of payload. Every reader of slots reads them
 /// through here, not by offset.
@@ -232,12 +319,30 @@ impl<'a> Slot<'a> {
         self.word(1)
     }
 
+    /// The probe id: an index into the probe table, or `CONTEXT_PROBE`
+    /// for a context record.
     pub fn probe(&self) -> u32 {
+        (self.word(2) & PROBE_MASK) as u32
+    }
+
+    /// Word 2's low half as a version-1 file has it: the probe id alone.
+    pub fn probe_field(&self) -> u32 {
         self.word(2) as u32
     }
 
     pub fn tid(&self) -> u32 {
-        (self.word(2) >> 32) as u32
+        Maker::of(self.word(2)).tid()
+    }
+
+    /// The context tag (see [`Maker`]): `NO_CONTEXT` in a version-1 file.
+    pub fn tag(&self) -> u32 {
+        Maker::of(self.word(2)).tag()
+    }
+
+    /// Word 2's bits above a version-1 thread id's 22: a version-2
+    /// record's context tag, 0 in a version-1 file.
+    pub fn above_tid(&self) -> u32 {
+        (self.word(2) >> TAG_HIGH_SHIFT) as u32
     }
 
     /// The payload bytes a record's first slot holds.
@@ -776,6 +881,7 @@ mod tests {
     #[test]
     fn the_header_encodes_at_the_documented_offsets() {
         let header = Header {
+            version: VERSION,
             table_capacity: 61440,
             ring_offset: 65536,
             slot_count: 2048,
@@ -799,7 +905,7 @@ mod tests {
         let u32_at = |at: usize| u32::from_le_bytes(out[at..at + 4].try_into().unwrap());
         let u64_at = |at: usize| u64::from_le_bytes(out[at..at + 8].try_into().unwrap());
         assert_eq!(&out[..8], b"STATRACE");
-        assert_eq!((u32_at(8), u32_at(12)), (1, 4096));
+        assert_eq!((u32_at(8), u32_at(12)), (2, 4096));
         assert_eq!(
             (u64_at(16), u64_at(24), u64_at(32), u64_at(40)),
             (4096, 61440, 65536, 2048)

@@ -92,6 +92,7 @@ mod tests {
                 let tid = unsafe { libc::gettid() } as u32;
                 let own = fs::metadata("/proc/self/ns/pid").unwrap().ino();
                 let header = Header {
+                    version: crate::ring::format::VERSION,
                     table_capacity: 0,
                     ring_offset: 4096,
                     slot_count: 0,

@@ -11,6 +11,7 @@
 //! says. A record written after the cut is neither read nor counted lost.
 
 use super::checks::{self, FormatError, Record, Slots, Trace};
+use super::contexts::Contexts;
 use super::format::ProbeEntry;
 use super::format::{
     offset, Counters, Header, HEADER_SIZE, INDEX_MASK, MAX_RECORD_SLOTS, SLOT_SIZE, TABLE_OFFSET,
@@ -414,9 +415,10 @@ impl Opened {
         Ok(index)
     }
 
-    /// Visits every valid record, as [`read`] reads them, then checks them
-    /// against the counters as they are now: for a caller that holds the
-    /// records its own way rather than as `read`'s vector. They come in
+    /// Visits every valid record, as [`read`] reads them (each with the
+    /// trace context it was made in), then checks them against the
+    /// counters as they are now: for a caller that holds the records its
+    /// own way rather than as `read`'s vector. They come in
     /// index order: sequence order but for a record written a lap late,
     /// which the caller sorts. Afterwards `probes` is the table as it is
     /// now (a live ring's grows); `counters` stay those of the cut.
@@ -426,8 +428,10 @@ impl Opened {
         mut visit: impl FnMut(Record, &[u8]),
     ) -> Result<(), ReadError> {
         let mut found = 0u64;
-        self.scan(source, 0, |record, slots| {
+        let mut contexts = Contexts::default();
+        self.scan(source, 0, |mut record, slots| {
             found += 1;
+            contexts.resolve(&mut record);
             visit(record, slots);
         })?;
         let now = self.reread(source)?;
@@ -537,6 +541,7 @@ impl Opened {
             ring_offset: self.header.ring_offset,
             probes: &self.probes,
             max_string: self.header.max_string,
+            version: self.header.version,
         }
     }
 

@@ -4,7 +4,8 @@
 
 use super::checks::Slots;
 use super::format::{
-    decode_stamp, offset, ProbeEntry, Slot, Stamp, FIRST, MAX_STRING, SEQUENCE_MASK, SLOT_SIZE,
+    self, decode_stamp, offset, ProbeEntry, Slot, Stamp, FIRST, MAX_STRING, SEQUENCE_MASK,
+    SLOT_SIZE,
 };
 use super::trace_file::{self, Origin};
 use super::writer::Ring;
@@ -278,6 +279,7 @@ impl Ring {
             ring_offset: 0,
             probes,
             max_string: MAX_STRING,
+            version: format::VERSION,
         }
         .kept()
     }

@@ -182,7 +182,8 @@ fn record_integer_fills_one_slot_as_the_format_says() {
         .add_probe("app", "other", &[ArgType::Int64], None, None)
         .unwrap();
     assert!(ring.record_integer(probe, 5_000, 77, -3));
-    assert!(ring.record_integer(other, 6_000, u32::MAX, i64::MAX));
+    let largest_tid = (1 << format::TID_BITS) - 1;
+    assert!(ring.record_integer(other, 6_000, largest_tid, i64::MAX));
     assert_eq!(memory.slot_word(&config, 0, 0), first_stamp(0, 1));
     assert_eq!(memory.slot_word(&config, 0, 1), 5_000);
     assert_eq!(memory.slot_word(&config, 0, 2), 77 << 32);
@@ -190,7 +191,7 @@ fn record_integer_fills_one_slot_as_the_format_says() {
     assert_eq!(memory.slot_word(&config, 1, 0), first_stamp(1, 1));
     assert_eq!(
         memory.slot_word(&config, 1, 2),
-        1 | (u64::from(u32::MAX) << 32)
+        1 | (u64::from(largest_tid) << 32)
     );
     let counters = ring.counters();
     assert_eq!(
@@ -207,7 +208,9 @@ fn record_integer_fills_one_slot_as_the_format_says() {
             time_ns: 5_000,
             probe,
             tid: 77,
+            tag: format::NO_CONTEXT,
             args: vec![Value::Int(-3)],
+            context: Context::None,
         }
     );
     assert_eq!(trace.records[1].args, [Value::Int(i64::MAX)]);
@@ -794,6 +797,243 @@ fn a_flight_ring_written_faster_than_it_is_read_keeps_its_newest_records() {
     assert!(values.windows(2).all(|pair| pair[0] < pair[1]));
     // Of the cut's 2 * slots records, the others were overwritten: lost.
     assert_eq!(trace.lost(), 2 * slots - values.len() as u64);
+    drop(ring);
+}
+
+// Trace contexts.
+
+fn context(trace: u8, span: u8) -> crate::trace_context::TraceContext {
+    crate::trace_context::TraceContext::new([trace; 16], [span; 8]).unwrap()
+}
+
+fn contexts_of(trace: &Trace) -> Vec<(bool, Context)> {
+    trace
+        .records
+        .iter()
+        .map(|record| (record.is_context(), record.context))
+        .collect()
+}
+
+#[test]
+fn a_context_record_fills_two_slots_as_the_format_says() {
+    let config = config(8, true);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    // A tag whose bits fall on both sides of the thread id.
+    let tag = (5 << 12) | 3;
+    let maker = Maker::new(77, tag);
+    assert_eq!((maker.tid(), maker.tag()), (77, tag));
+    let ids = crate::trace_context::TraceContext::from_hex(
+        b"4bf92f3577b34da6a3ce929d0e0e4736",
+        b"00f067aa0ba902b7",
+    )
+    .unwrap();
+    assert!(ring.record_context(5_000, maker, &ids));
+    assert_eq!(memory.slot_word(&config, 0, 0), first_stamp(0, 2));
+    assert_eq!(memory.slot_word(&config, 0, 1), 5_000);
+    assert_eq!(
+        memory.slot_word(&config, 0, 2),
+        0xfffff | (3 << 20) | (77 << 32) | (5 << 54)
+    );
+    assert_eq!(
+        memory.slot_word(&config, 0, 3).to_le_bytes(),
+        [0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6]
+    );
+    assert_eq!(memory.slot_word(&config, 1, 0), later_stamp(0, 1));
+    assert_eq!(
+        memory.slot_word(&config, 1, 1).to_le_bytes(),
+        [0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36]
+    );
+    assert_eq!(
+        memory.slot_word(&config, 1, 2).to_le_bytes(),
+        [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]
+    );
+    assert_eq!(memory.slot_word(&config, 1, 3), 0);
+
+    let trace = parse(&memory.bytes()).unwrap();
+    let record = &trace.records[0];
+    assert!(record.is_context());
+    assert_eq!((record.tid, record.tag, record.slots), (77, tag, 2));
+    assert_eq!(record.context, Context::Known(ids));
+    assert!(record.args.is_empty());
+    drop(ring);
+}
+
+#[test]
+fn a_record_gets_the_context_its_tag_names_or_none_or_unknown() {
+    let config = config(64, false);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let int = ring
+        .add_probe("app", "int", &[ArgType::Int64], Some(0), None)
+        .unwrap();
+    let text = ring
+        .add_probe("app", "text", &[ArgType::String], None, None)
+        .unwrap();
+    let (a, b) = (context(1, 2), context(3, 4));
+    assert!(ring.record_integer_by(int, 1, Maker::new(7, 0), 10));
+    assert!(ring.record_context(2, Maker::new(7, 1), &a));
+    assert!(ring.record_integer_by(int, 3, Maker::new(7, 1), 11));
+    assert!(ring.record_by(text, 4, Maker::new(7, 1), &[Arg::Str(b"x")]));
+    // Another thread, with a tag of its own; and a tag no context record of
+    // its thread has.
+    assert!(ring.record_context(5, Maker::new(8, 2), &b));
+    assert!(ring.record_integer_by(int, 6, Maker::new(8, 2), 12));
+    assert!(ring.record_integer_by(int, 7, Maker::new(7, 2), 13));
+    assert!(ring.record_integer_by(int, 8, Maker::new(7, format::UNKNOWN_CONTEXT), 14));
+    assert!(ring.record_integer_by(int, 9, Maker::new(7, 0), 15));
+    assert!(ring.record_integer_by(int, 10, Maker::new(7, 1), 16));
+    let expected = [
+        (false, Context::None),
+        (true, Context::Known(a)),
+        (false, Context::Known(a)),
+        (false, Context::Known(a)),
+        (true, Context::Known(b)),
+        (false, Context::Known(b)),
+        (false, Context::Unknown),
+        (false, Context::Unknown),
+        (false, Context::None),
+        (false, Context::Known(a)),
+    ];
+    let trace = parse(&memory.bytes()).unwrap();
+    assert_eq!(contexts_of(&trace), expected);
+    assert_eq!(contexts_of(&snapshot(&ring)), expected);
+    assert_eq!(trace.lost(), 0);
+    drop(ring);
+}
+
+#[test]
+fn a_record_whose_context_record_is_gone_is_unknown_never_an_older_context() {
+    let config = config(16, true);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let int = ring
+        .add_probe("app", "int", &[ArgType::Int64], None, None)
+        .unwrap();
+    let (a, b) = (context(1, 1), context(2, 2));
+    assert!(ring.record_context(1, Maker::new(7, 1), &a));
+    assert!(ring.record_integer_by(int, 2, Maker::new(7, 1), 1));
+    assert!(ring.record_context(3, Maker::new(7, 2), &b)); // seq 3, 4
+    assert!(ring.record_integer_by(int, 4, Maker::new(7, 2), 2));
+    // Context b being written as the ring is read: its first slot's stamp is 0.
+    let mut bytes = memory.bytes();
+    bytes[slot_at(&config, 3)..slot_at(&config, 3) + 8].fill(0);
+    let trace = scan::read(&bytes[..], scan::Pass::Live).unwrap();
+    assert_eq!(
+        contexts_of(&trace),
+        [
+            (true, Context::Known(a)),
+            (false, Context::Known(a)),
+            (false, Context::Unknown)
+        ]
+    );
+    // Overwritten in flight mode: a's context record (seq 0, 1) goes first,
+    // its record after it keeps its place and loses its context.
+    for value in 0..11 {
+        assert!(ring.record_integer_by(int, 5, Maker::new(8, 0), value));
+    }
+    let trace = snapshot(&ring);
+    assert_eq!(trace.records[0].seq, 2);
+    assert_eq!(trace.records[0].context, Context::Unknown);
+    assert_eq!(trace.records[1].context, Context::Known(b));
+    drop(ring);
+}
+
+#[test]
+fn a_version_1_file_has_no_contexts_and_no_tag_bits() {
+    let config = config(8, false);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let int = ring
+        .add_probe("app", "int", &[ArgType::Int64], None, None)
+        .unwrap();
+    assert!(ring.record_integer(int, 1, 7, 5));
+    memory.set_word(offset::VERSION, 1 | (4096 << 32));
+    let trace = parse(&memory.bytes()).unwrap();
+    assert_eq!(trace.header.version, 1);
+    assert_eq!(contexts_of(&trace), [(false, Context::None)]);
+    // What a version-2 writer puts above the thread id is no version-1
+    // thread's.
+    memory.set_word(slot_at(&config, 0) + 16, Maker::new(7, 1 << 12).word(int));
+    let err = parse(&memory.bytes()).unwrap_err();
+    assert_eq!(
+        err.message(),
+        "record 0 in slot 0: thread id (offset 8192): expected below 4194304 (a Linux thread id), found 4194311"
+    );
+    drop(ring);
+}
+
+#[test]
+fn a_cursor_keeps_each_threads_context_across_reads() {
+    let config = config(64, false);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let int = ring
+        .add_probe("app", "int", &[ArgType::Int64], None, None)
+        .unwrap();
+    let a = context(5, 6);
+    assert!(ring.record_context(1, Maker::new(7, 9), &a));
+    assert!(ring.record_integer_by(int, 2, Maker::new(7, 9), 1));
+    let mut cursor = Cursor::default();
+    let mut seen = Vec::new();
+    let bytes = memory.bytes();
+    let opened = scan::open(&bytes[..], scan::Pass::Live).unwrap();
+    cursor
+        .follow(&opened, &bytes[..], |record, _| seen.push(record.context))
+        .unwrap();
+    assert!(ring.record_integer_by(int, 3, Maker::new(7, 9), 2));
+    let bytes = memory.bytes();
+    let opened = scan::open(&bytes[..], scan::Pass::Live).unwrap();
+    cursor
+        .follow(&opened, &bytes[..], |record, _| seen.push(record.context))
+        .unwrap();
+    assert_eq!(seen, [Context::Known(a); 3]);
+    drop(ring);
+}
+
+#[test]
+fn context_records_the_reader_refuses_say_why() {
+    let config = config(8, false);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    assert!(ring.record_context(1, Maker::new(7, 3), &context(1, 2)));
+    // Edits: (slot, word, value).
+    let refused = |edits: &[(u64, usize, u64)]| {
+        let mut bytes = memory.bytes();
+        for &(slot, word, value) in edits {
+            let at = slot_at(&config, slot) + 8 * word;
+            bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
+        }
+        parse(&bytes).unwrap_err().message().to_owned()
+    };
+    assert_eq!(
+        refused(&[(0, 2, Maker::new(7, 0).word(format::CONTEXT_PROBE))]),
+        "record 0 in slot 0: context record's tag (offset 8192): expected 1 to 4194302, found 0"
+    );
+    assert_eq!(
+        refused(&[(0, 2, Maker::new(7, format::UNKNOWN_CONTEXT).word(format::CONTEXT_PROBE))]),
+        "record 0 in slot 0: context record's tag (offset 8192): expected 1 to 4194302, found 4194303"
+    );
+    assert_eq!(
+        refused(&[(0, 3, 0), (1, 1, 0)]),
+        "record 0 in slot 0: context record's trace id (offset 8192): expected not all zero, \
+         found 00000000000000000000000000000000"
+    );
+    assert_eq!(
+        refused(&[(1, 2, 0)]),
+        "record 0 in slot 0: context record's span id (offset 8192): expected not all zero, \
+         found 0000000000000000"
+    );
+    assert_eq!(
+        refused(&[(1, 3, 1)]),
+        "record 0 in slot 0: padding for a context record (offset 8192): expected zero bytes \
+         after its 24 bytes of ids, found 0100000000000000"
+    );
+    assert_eq!(
+        refused(&[(0, 0, first_stamp(0, 1))]),
+        "record 0 in slot 0: slot count for a context record (offset 8192): expected 2 (its \
+         trace id and span id take 24 bytes), found 1"
+    );
     drop(ring);
 }
 

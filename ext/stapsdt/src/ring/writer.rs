@@ -35,9 +35,10 @@ use super::format::{
     self, first_stamp, later_stamp, offset, Counters, Entry, EntryError, Header, FIRST_PAYLOAD,
     MAX_RECORD_SLOTS, MAX_STRING, SEQUENCE_BITS, SEQUENCE_MASK, SLOT_SIZE, SLOT_WORDS, STAMP_SHIFT,
 };
-use super::format::{Arg, ProbeEntry};
+use super::format::{Arg, Maker, ProbeEntry, CONTEXT_PROBE, CONTEXT_SLOTS};
 use super::region::Region;
 use crate::probe::{ArgType, MAX_ARGS};
+use crate::trace_context::TraceContext;
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
@@ -183,9 +184,13 @@ impl RingConfig {
             anchor_monotonic_ns: self.anchor_monotonic_ns,
             anchor_realtime_ns: self.anchor_realtime_ns,
             max_string: MAX_STRING,
+            version: format::VERSION,
         }
     }
 }
+
+// Every probe a table can hold has an id below the context record's.
+const _: () = assert!(MAX_TABLE_CAPACITY as usize / format::MIN_ENTRY_SIZE <= format::MAX_PROBES);
 
 /// Why a probe was not added to the table.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -417,6 +422,13 @@ impl Ring {
     /// counts as lost, as overwritten records do).
     #[inline]
     pub fn record_integer(&self, probe: u32, time_ns: u64, tid: u32, value: i64) -> bool {
+        self.record_integer_by(probe, time_ns, Maker::new(tid, format::NO_CONTEXT), value)
+    }
+
+    /// [`Ring::record_integer`] by a thread in a trace context: `maker`
+    /// names both (see [`Maker`]).
+    #[inline]
+    pub fn record_integer_by(&self, probe: u32, time_ns: u64, maker: Maker, value: i64) -> bool {
         if self.signature(probe) != ONE_INTEGER {
             self.count_dropped();
             return false;
@@ -431,7 +443,7 @@ impl Ring {
         // Orders the 0 the claim stored before the words (see the module doc).
         fence(Release);
         slot[1].store(time_ns, Relaxed);
-        slot[2].store(probe_and_tid(probe, tid), Relaxed);
+        slot[2].store(maker.word(probe), Relaxed);
         slot[3].store(value as u64, Relaxed);
         slot[0].store(first_stamp(seq, 1), Release);
         true
@@ -442,6 +454,11 @@ impl Ring {
     /// do not match its probe's types, or that needs more slots than the
     /// ring has. Allocates nothing.
     pub fn record(&self, probe: u32, time_ns: u64, tid: u32, args: &[Arg<'_>]) -> bool {
+        self.record_by(probe, time_ns, Maker::new(tid, format::NO_CONTEXT), args)
+    }
+
+    /// [`Ring::record`] by a thread in a trace context (see [`Maker`]).
+    pub fn record_by(&self, probe: u32, time_ns: u64, maker: Maker, args: &[Arg<'_>]) -> bool {
         let (signature, payload_len) = shape(args);
         let slots = format::slots_for(payload_len);
         if self.signature(probe) != signature || slots > self.config.slot_count {
@@ -466,7 +483,7 @@ impl Ring {
         fence(Release);
         let first = self.region.slot(seq);
         first[1].store(time_ns, Relaxed);
-        first[2].store(probe_and_tid(probe, tid), Relaxed);
+        first[2].store(maker.word(probe), Relaxed);
         let mut payload = Payload::new(&self.region, seq, slots);
         for arg in args {
             match *arg {
@@ -485,6 +502,38 @@ impl Ring {
             self.region.slot(seq.wrapping_add(index))[0].store(later_stamp(seq, index), Release);
         }
         first[0].store(first_stamp(seq, slots), Release);
+        true
+    }
+
+    /// Records that `maker`'s thread is in `context` from now on, under
+    /// `maker`'s tag (one of `format::CONTEXT_TAGS`): the records it makes
+    /// with that tag are made in that context. Returns false as
+    /// `record_integer` does when the record was not written (dropped, or
+    /// given up): the thread's later records must then not carry the tag.
+    pub fn record_context(&self, time_ns: u64, maker: Maker, context: &TraceContext) -> bool {
+        debug_assert!(format::CONTEXT_TAGS.contains(&maker.tag()), "{maker:?}");
+        if CONTEXT_SLOTS > self.config.slot_count {
+            self.count_dropped();
+            return false;
+        }
+        let Some(seq) = self.reserve(CONTEXT_SLOTS) else {
+            return false;
+        };
+        if !self.claim_slots(seq, &mut [0; CONTEXT_SLOTS as usize]) {
+            return false;
+        }
+        fence(Release);
+        let first = self.region.slot(seq);
+        first[1].store(time_ns, Relaxed);
+        first[2].store(maker.word(CONTEXT_PROBE), Relaxed);
+        let mut payload = Payload::new(&self.region, seq, CONTEXT_SLOTS);
+        payload.push(context.trace_id());
+        payload.push(context.span_id());
+        payload.finish();
+        for index in 1..CONTEXT_SLOTS {
+            self.region.slot(seq.wrapping_add(index))[0].store(later_stamp(seq, index), Release);
+        }
+        first[0].store(first_stamp(seq, CONTEXT_SLOTS), Release);
         true
     }
 
@@ -623,11 +672,6 @@ impl Ring {
             self.region.slot(slot_seq)[0].store(back, Release);
         }
     }
-}
-
-#[inline]
-fn probe_and_tid(probe: u32, tid: u32) -> u64 {
-    u64::from(probe) | (u64::from(tid) << 32)
 }
 
 /// Packs a record's payload into its slots' words: the first slot's last

@@ -10,6 +10,7 @@ struct ErrorClasses {
     base: Opaque<ExceptionClass>,
     provider_load: Opaque<ExceptionClass>,
     recorder: Opaque<ExceptionClass>,
+    trace_context: Opaque<ExceptionClass>,
     internal: Opaque<ExceptionClass>,
 }
 
@@ -25,6 +26,7 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
         base: resolve(ruby, "Error")?.into(),
         provider_load: resolve(ruby, "ProviderLoadError")?.into(),
         recorder: resolve(ruby, "RecorderError")?.into(),
+        trace_context: resolve(ruby, "TraceContextError")?.into(),
         internal: resolve(ruby, "InternalError")?.into(),
     };
     let _ = CLASSES.set(classes);
@@ -75,6 +77,12 @@ pub fn provider_load_error(ruby: &Ruby, message: String) -> Error {
 /// `StaticTracing::RecorderError`: the recorder could not start, or snapshot.
 pub fn recorder_error(ruby: &Ruby, message: String) -> Error {
     Error::new(class(ruby, |classes| classes.recorder), message)
+}
+
+/// `StaticTracing::TraceContextError`: a trace context cleared where it
+/// was not set, or before those set inside it.
+pub fn trace_context_error(ruby: &Ruby, message: String) -> Error {
+    Error::new(class(ruby, |classes| classes.trace_context), message)
 }
 
 pub fn argument_error(ruby: &Ruby, message: String) -> Error {

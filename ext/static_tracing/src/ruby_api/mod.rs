@@ -20,6 +20,7 @@ mod provider;
 mod receiver;
 mod recorder;
 mod signals;
+mod trace_context;
 mod tracepoint;
 mod visibility_hooks;
 mod watcher;

@@ -3,7 +3,10 @@
 //! (`define_natives`: signals, frames, the watcher, the recorder, ...);
 //! this one makes the module and defines the few that belong to no class.
 
-use super::{c_method_wrapper, class_state, frames, provider, recorder, root, signals, watcher};
+use super::{
+    c_method_wrapper, class_state, frames, provider, recorder, root, signals, trace_context,
+    watcher,
+};
 use crate::internal_probes;
 use magnus::{Error, Module, Object, Ruby};
 use stapsdt::names::NameKind;
@@ -50,5 +53,6 @@ pub fn init(ruby: &Ruby) -> Result<(), Error> {
     c_method_wrapper::define_natives(native)?;
     watcher::define_natives(native)?;
     recorder::define_natives(native)?;
+    trace_context::define_natives(ruby, native)?;
     Ok(())
 }

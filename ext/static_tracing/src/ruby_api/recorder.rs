@@ -186,12 +186,18 @@ fn write_reason(err: &io::Error) -> String {
     }
 }
 
-/// `[probe_id, latency_ns, time_ns]` of the call that fired the trigger
-/// since the last call (its time: when it ended, on the ring's clock, that
-/// of `StaticTracing.nsec`), or nil; no trigger fires again before
+/// `[probe_id, latency_ns, time_ns, trace_id]` of the call that fired the
+/// trigger since the last call (its time: when it ended, on the ring's
+/// clock, that of `StaticTracing.nsec`; its trace id in hex, nil outside
+/// any trace context), or nil; no trigger fires again before
 /// `quiet_until_ns`.
-pub(super) fn take_trigger(quiet_until_ns: u64) -> Option<(u32, u64, u64)> {
-    recording::with_current(|recording| recording.take_trigger(quiet_until_ns)).flatten()
+pub(super) fn take_trigger(quiet_until_ns: u64) -> Option<(u32, u64, u64, Option<String>)> {
+    recording::with_current(|recording| recording.take_trigger(quiet_until_ns))
+        .flatten()
+        .map(|trigger| {
+            let trace_id = trigger.context.map(|context| context.trace_hex());
+            (trigger.probe, trigger.latency_ns, trigger.time_ns, trace_id)
+        })
 }
 
 /// In a forked child: lets go of the parent's ring.

@@ -43,7 +43,7 @@ use crate::Trace;
 use cpu_profile::CpuProfile;
 use ruby_float::write_ruby_float;
 use serde_json::ser::{CompactFormatter, Formatter};
-use stapsdt::ring::{Arg, ProbeEntry};
+use stapsdt::ring::{Arg, Context, ProbeEntry};
 use std::io::{self, Write};
 use ticks::Ticks;
 use tracks::{Span, SpanKind, STACKS_TRACK};
@@ -126,7 +126,7 @@ impl<W: Write> Events<'_, W> {
             self.out.write_all(b",\"ph\":\"i\",\"s\":\"t\",\"ts\":")?;
             Ticks::of_ns(offset + i128::from(record.time_ns)).write(self.out)?;
             self.track(pid, record.tid)?;
-            self.arguments(record.args(), None)?;
+            self.arguments(record.args(), None, &record.context)?;
             self.out.write_all(b"}")?;
         }
 
@@ -195,7 +195,7 @@ impl<W: Write> Events<'_, W> {
                     self.out.write_all(&prefixes[position])?;
                     self.complete(span, pid, tid)?;
                     let latency_arg = trace.probes[position].latency_arg.map(usize::from);
-                    self.arguments(record.args(), latency_arg)?;
+                    self.arguments(record.args(), latency_arg, &record.context)?;
                     std::borrow::Cow::Borrowed(labels[position].as_str())
                 }
                 SpanKind::Frame { name, .. } => {
@@ -250,11 +250,18 @@ impl<W: Write> Events<'_, W> {
     }
 
     /// `,"args":{"arg0":value,...}` by the arguments' positions, but the
-    /// one left out; nothing when no argument is left (speedscope names a
-    /// frame by its event's name and its args, `{}` included).
-    fn arguments(&mut self, args: Args<'_>, left_out: Option<usize>) -> io::Result<()> {
+    /// one left out, then the record's trace context (`"trace_id"` and
+    /// `"span_id"` when known, `"trace_context":"unknown"` when its context
+    /// record was not read); nothing when neither is left (speedscope names
+    /// a frame by its event's name and its args, `{}` included).
+    fn arguments(
+        &mut self,
+        args: Args<'_>,
+        left_out: Option<usize>,
+        context: &Context,
+    ) -> io::Result<()> {
         let shown = args.len() - usize::from(left_out.is_some_and(|arg| arg < args.len()));
-        if shown == 0 {
+        if shown == 0 && *context == Context::None {
             return Ok(());
         }
         self.out.write_all(b",\"args\":{")?;
@@ -271,6 +278,23 @@ impl<W: Write> Events<'_, W> {
             CompactFormatter.write_u64(self.out, index as u64)?;
             self.out.write_all(b"\":")?;
             self.value(value)?;
+        }
+        let comma: &[u8] = if first { b"" } else { b"," };
+        match context {
+            Context::None => {}
+            Context::Unknown => {
+                self.out.write_all(comma)?;
+                self.out.write_all(b"\"trace_context\":\"unknown\"")?;
+            }
+            Context::Known(context) => {
+                self.out.write_all(comma)?;
+                write!(
+                    self.out,
+                    "\"trace_id\":\"{}\",\"span_id\":\"{}\"",
+                    context.trace_hex(),
+                    context.span_hex()
+                )?;
+            }
         }
         self.out.write_all(b"}")
     }
@@ -665,6 +689,41 @@ mod tests {
         assert!(
             written.contains("\"ts\":27670116110564328.921875,"),
             "{written}"
+        );
+    }
+
+    #[test]
+    fn gives_a_records_trace_context_among_its_args() {
+        use stapsdt::trace_context::TraceContext;
+        let a = TraceContext::from_hex(b"4bf92f3577b34da6a3ce929d0e0e4736", b"00f067aa0ba902b7")
+            .unwrap();
+        // Calls starting in this order: 998.5us, 1000.5us, 1001.3us.
+        let mut records = calls(&[1500, 500, 700]);
+        records[0].context = Context::Known(a);
+        records[1].context = Context::Unknown;
+        let mut hits = hits_record("x", 3_000_000);
+        hits.context = Context::Known(a);
+        records.push(hits);
+        let written = chrome(&[trace("a.trace", standard_probes(), records)]);
+        let document: serde_json::Value = serde_json::from_str(&written).unwrap();
+        let events = document.as_array().unwrap();
+        let args = |name: &str| -> Vec<Option<&serde_json::Value>> {
+            events
+                .iter()
+                .filter(|event| event["name"] == name)
+                .map(|event| event.get("args"))
+                .collect()
+        };
+        let ids =
+            json!({"trace_id": "4bf92f3577b34da6a3ce929d0e0e4736", "span_id": "00f067aa0ba902b7"});
+        assert_eq!(
+            args("my_controller:index"),
+            [Some(&ids), Some(&json!({"trace_context": "unknown"})), None]
+        );
+        assert_eq!(
+            args("app:hits"),
+            [Some(&json!({"arg0": "x", "arg1": 1, "arg2": 0.5,
+                "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736", "span_id": "00f067aa0ba902b7"}))]
         );
     }
 }

@@ -5,17 +5,21 @@
 //! integer nanoseconds. docs/recording.md shows a whole document.
 
 use super::histogram::{self, Bucket};
-use super::probe_calls::{probe_calls, ProbeCalls, Tally};
+use super::probe_calls::{probe_calls, ProbeCalls, SlowCall, Tally};
 use super::text::{percentiles, wall_time, PERCENTILES};
-use super::LostRecords;
+use super::{LostRecords, Options};
 use crate::Trace;
 use serde_json::{json, Map, Value};
+use stapsdt::ring::Context;
 use std::io::{self, Write};
 
-pub fn write(traces: &[Trace], out: &mut impl Write) -> io::Result<()> {
-    let mut tallies: Vec<Tally> = traces.iter().map(Tally::of).collect();
+pub fn write(traces: &[Trace], options: &Options, out: &mut impl Write) -> io::Result<()> {
+    let mut tallies: Vec<Tally> = traces
+        .iter()
+        .map(|trace| Tally::of(trace, options.slowest))
+        .collect();
     let mut document = summary(traces, &tallies);
-    let probes: Vec<Value> = probe_calls(traces, &mut tallies)
+    let probes: Vec<Value> = probe_calls(traces, &mut tallies, options.slowest)
         .into_iter()
         .map(probe)
         .collect();
@@ -109,9 +113,33 @@ fn probe(probe: ProbeCalls) -> Value {
         latency.insert("max_ns".to_owned(), json!(max));
         let buckets = histogram::latency_buckets(&latencies);
         latency.insert("histogram".to_owned(), buckets.iter().map(bucket).collect());
+        latency.insert(
+            "slowest".to_owned(),
+            probe.slowest.iter().map(slow_call).collect(),
+        );
         entry["latency"] = Value::Object(latency);
     }
     entry
+}
+
+/// One of the slowest calls: its duration, when it ended (ns since the
+/// epoch, null past i64), process, thread, and trace context (`trace_id`
+/// and `span_id`, null outside any; `context_unknown` true when its
+/// context record was not read).
+fn slow_call(call: &SlowCall) -> Value {
+    let (trace_id, span_id) = match call.context.known() {
+        Some(context) => (json!(context.trace_hex()), json!(context.span_hex())),
+        None => (Value::Null, Value::Null),
+    };
+    json!({
+        "duration_ns": call.duration,
+        "ended_ns": i64::try_from(call.ended).map_or(Value::Null, Value::from),
+        "pid": call.pid,
+        "tid": call.tid,
+        "trace_id": trace_id,
+        "span_id": span_id,
+        "context_unknown": call.context == Context::Unknown,
+    })
 }
 
 /// A bucket with its bounds in nanoseconds, `low_ns` included and
@@ -141,7 +169,7 @@ mod tests {
 
     fn json_of(traces: &[Trace]) -> Value {
         let mut out = Vec::new();
-        write(traces, &mut out).unwrap();
+        write(traces, &Options::default(), &mut out).unwrap();
         serde_json::from_slice(&out).unwrap()
     }
 
@@ -153,6 +181,16 @@ mod tests {
         first.counters.records = 6;
         first.counters.dropped = 1;
         let document = json_of(&[first]);
+        let slowest: Vec<Value> = [(2500, 1_001_000), (1500, 1_000_000), (900, 1_002_000)]
+            .iter()
+            .map(|(duration, ended)| {
+                json!({
+                    "duration_ns": duration, "ended_ns": EPOCH + ended,
+                    "pid": 4321, "tid": 7, "trace_id": null, "span_id": null,
+                    "context_unknown": false,
+                })
+            })
+            .collect();
         assert_eq!(
             document,
             json!({
@@ -176,6 +214,7 @@ mod tests {
                                 {"low_ns": 1000, "high_ns": 2000, "count": 1},
                                 {"low_ns": 2000, "high_ns": 4000, "count": 1},
                             ],
+                            "slowest": slowest,
                         },
                     },
                     {"probe": "app:hits", "provider": "app", "name": "hits", "calls": 1, "latency": null},

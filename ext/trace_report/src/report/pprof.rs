@@ -125,6 +125,9 @@ struct SampleKey {
     probe: i64,
     pid: u64,
     thread: i64,
+    /// The interned trace id and span id of the record's trace context,
+    /// when it is known.
+    context: Option<(i64, i64)>,
 }
 
 pub fn write(traces: &[Trace], names: &ThreadNames, out: &mut impl Write) -> io::Result<()> {
@@ -200,11 +203,18 @@ fn profile(traces: &[Trace], names: &ThreadNames) -> proto::Profile {
                 let name = names.name(trace, record.tid);
                 strings.intern(&name.map_or_else(|| record.tid.to_string(), str::to_owned))
             });
+            let context = record.context.known().map(|context| {
+                (
+                    strings.intern(&context.trace_hex()),
+                    strings.intern(&context.span_hex()),
+                )
+            });
             let key = SampleKey {
                 locations,
                 probe: labels[record.probe as usize],
                 pid: trace.header.pid,
                 thread,
+                context,
             };
             let values = samples.entry(key).or_default();
             values[LATENCY] = values[LATENCY].saturating_add(latency);
@@ -220,13 +230,20 @@ fn profile(traces: &[Trace], names: &ThreadNames) -> proto::Profile {
         strings.intern("thread"),
         strings.intern("pid"),
     );
+    let (trace_id_key, span_id_key) = (strings.intern("trace_id"), strings.intern("span_id"));
     let mut frames: Vec<(String, u64)> = frames.into_iter().collect();
     frames.sort_unstable_by_key(|&(_, id)| id);
     let mut samples: Vec<(SampleKey, [i64; 2])> = samples.into_iter().collect();
     // Written in one order whatever the hashing, so that a report is the
     // same every time it is made.
     samples.sort_unstable_by(|(a, _), (b, _)| {
-        (a.pid, a.thread, a.probe, &a.locations).cmp(&(b.pid, b.thread, b.probe, &b.locations))
+        (a.pid, a.thread, a.probe, &a.locations, a.context).cmp(&(
+            b.pid,
+            b.thread,
+            b.probe,
+            &b.locations,
+            b.context,
+        ))
     });
     let string_label = |key: i64, value: i64| proto::Label {
         key,
@@ -254,10 +271,8 @@ fn profile(traces: &[Trace], names: &ThreadNames) -> proto::Profile {
         ],
         sample: samples
             .into_iter()
-            .map(|(key, values)| proto::Sample {
-                location_id: key.locations,
-                value: values.to_vec(),
-                label: vec![
+            .map(|(key, values)| {
+                let mut label = vec![
                     string_label(probe_key, key.probe),
                     string_label(thread_key, key.thread),
                     proto::Label {
@@ -265,7 +280,16 @@ fn profile(traces: &[Trace], names: &ThreadNames) -> proto::Profile {
                         num: key.pid as i64,
                         ..proto::Label::default()
                     },
-                ],
+                ];
+                if let Some((trace_id, span_id)) = key.context {
+                    label.push(string_label(trace_id_key, trace_id));
+                    label.push(string_label(span_id_key, span_id));
+                }
+                proto::Sample {
+                    location_id: key.locations,
+                    value: values.to_vec(),
+                    label,
+                }
             })
             .collect(),
         mapping: vec![mapping],
@@ -434,6 +458,32 @@ mod tests {
                     vec![4000, 3]
                 ),
             ]
+        );
+    }
+
+    #[test]
+    fn labels_a_sample_with_its_trace_context_when_it_is_known() {
+        use stapsdt::ring::Context;
+        use stapsdt::trace_context::TraceContext;
+        let a = TraceContext::from_hex(b"4bf92f3577b34da6a3ce929d0e0e4736", b"00f067aa0ba902b7")
+            .unwrap();
+        let mut records = calls(&[1500, 2500, 700]);
+        records[0].context = Context::Known(a);
+        records[1].context = Context::Known(a);
+        records[2].context = Context::Unknown;
+        let profile = decoded(&[trace("a.trace", standard_probes(), records)]);
+        let mut found: Vec<(Vec<String>, Vec<i64>)> = samples(&profile)
+            .into_iter()
+            .map(|(_, labels, values)| (labels, values))
+            .collect();
+        found.sort();
+        let plain = ["probe=my_controller:index", "thread=7", "pid=4321"].map(str::to_owned);
+        let mut traced = plain.to_vec();
+        traced.push("trace_id=4bf92f3577b34da6a3ce929d0e0e4736".to_owned());
+        traced.push("span_id=00f067aa0ba902b7".to_owned());
+        assert_eq!(
+            found,
+            [(plain.to_vec(), vec![700, 1]), (traced, vec![4000, 2])]
         );
     }
 

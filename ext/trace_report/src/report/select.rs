@@ -6,6 +6,7 @@
 use super::text::wall_time;
 use crate::{Records, Trace};
 use stapsdt::ring::ProbeEntry;
+use stapsdt::trace_context::TRACE_ID_LEN;
 
 /// Where a window starts or ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,13 +25,18 @@ pub struct Selection {
     pub patterns: Vec<String>,
     /// Records from this time on are kept...
     pub since: Option<Bound>,
-    /// ...and those before this time.
+    /// ...and those before this time...
     pub until: Option<Bound>,
+    /// ...and those made in this trace (its id), if one is given.
+    pub trace_id: Option<[u8; TRACE_ID_LEN]>,
 }
 
 impl Selection {
     pub fn is_everything(&self) -> bool {
-        self.patterns.is_empty() && self.since.is_none() && self.until.is_none()
+        self.patterns.is_empty()
+            && self.since.is_none()
+            && self.until.is_none()
+            && self.trace_id.is_none()
     }
 }
 
@@ -60,7 +66,7 @@ pub fn select(traces: &mut [Trace], selection: &Selection) -> Result<(), String>
     let since = selection.since.map_or(i128::MIN, wall);
     let until = selection.until.map_or(i128::MAX, wall);
     for trace in traces {
-        narrow(trace, &selection.patterns, since, until);
+        narrow(trace, selection, since, until);
     }
     Ok(())
 }
@@ -92,7 +98,8 @@ fn named_in(traces: &[Trace], patterns: &[String]) -> Result<(), String> {
     ))
 }
 
-fn narrow(trace: &mut Trace, patterns: &[String], since: i128, until: i128) {
+fn narrow(trace: &mut Trace, selection: &Selection, since: i128, until: i128) {
+    let patterns = &selection.patterns;
     // Each probe kept, by its id in the file: its id among those kept.
     let mut kept: Vec<ProbeEntry> = Vec::new();
     let ids: Vec<Option<u32>> = trace
@@ -120,13 +127,19 @@ fn narrow(trace: &mut Trace, patterns: &[String], since: i128, until: i128) {
         if time < since || time >= until {
             continue;
         }
+        if let Some(trace_id) = &selection.trace_id {
+            if record.context.known().map(|context| context.trace_id()) != Some(trace_id) {
+                continue;
+            }
+        }
         let mut record = record.to_record();
         record.probe = id;
         records.push(&record);
     }
-    // Records left out are not lost: the file's count of records it
+    // Records left out (and context records, which the narrowed records
+    // no longer count) are not lost: the file's count of records it
     // reserved shrinks with them, so that what it lost stays as it was.
-    let left_out = (trace.records.len() - records.len()) as u64;
+    let left_out = trace.records_read() - records.len() as u64;
     trace.counters.records = trace.records_total() - left_out;
     trace.probes = kept;
     trace.records = records;
@@ -217,6 +230,50 @@ mod tests {
             .collect();
         assert_eq!(kept, [(1, 2_000_000), (0, 3_000_000)]);
         // 6 reserved, 4 read: 2 lost, before and after.
+        assert_eq!(traces[0].lost(), 2);
+    }
+
+    #[test]
+    fn keeps_the_records_of_one_trace_never_an_unknown_contexts() {
+        use stapsdt::ring::Context;
+        use stapsdt::trace_context::TraceContext;
+        let a = TraceContext::new([1; 16], [2; 8]).unwrap();
+        let a_other_span = TraceContext::new([1; 16], [3; 8]).unwrap();
+        let b = TraceContext::new([4; 16], [5; 8]).unwrap();
+        let contexts = [
+            Context::Known(a),
+            Context::None,
+            Context::Known(b),
+            Context::Unknown,
+            Context::Known(a_other_span),
+        ];
+        let mut records = calls(&[1, 2, 3, 4, 5]);
+        for (record, context) in records.iter_mut().zip(contexts) {
+            record.context = context;
+        }
+        let mut traces = [trace("a.trace", standard_probes(), records)];
+        traces[0].counters.records = 7;
+        select(
+            &mut traces,
+            &Selection {
+                trace_id: Some([1; 16]),
+                ..Selection::default()
+            },
+        )
+        .unwrap();
+        let kept: Vec<(u64, Context)> = traces[0]
+            .records
+            .iter()
+            .map(|record| (record.time_ns, record.context))
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                (1_000_000, Context::Known(a)),
+                (1_004_000, Context::Known(a_other_span))
+            ]
+        );
+        // 7 reserved, 5 read: 2 lost, before and after.
         assert_eq!(traces[0].lost(), 2);
     }
 

@@ -3,7 +3,7 @@
 //! [`EPOCH`], so that a record's time is its wall-clock time less EPOCH.
 
 use crate::{Records, Trace};
-use stapsdt::ring::{Counters, Header, ProbeEntry, Record, Value};
+use stapsdt::ring::{Context, Counters, Header, ProbeEntry, Record, Value};
 use stapsdt::ArgType;
 
 pub const EPOCH: i64 = 1_700_000_000_000_000_000;
@@ -68,7 +68,9 @@ pub fn record(probe: u32, args: Vec<Value>, time_ns: u64, tid: u32) -> Record {
         time_ns,
         probe,
         tid,
+        tag: 0,
         args,
+        context: Context::None,
     }
 }
 
@@ -116,6 +118,7 @@ pub fn trace(name: &str, probes: Vec<ProbeEntry>, mut records: Vec<Record>) -> T
         record.seq = seq as u64;
     }
     let header = Header {
+        version: stapsdt::ring::format::VERSION,
         table_capacity: 4096,
         ring_offset: 8192,
         slot_count: records.len() as u64,

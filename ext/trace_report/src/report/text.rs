@@ -7,17 +7,21 @@
 
 use super::durations;
 use super::histogram;
-use super::probe_calls::{probe_calls, ProbeCalls, Tally};
-use super::LostRecords;
+use super::probe_calls::{probe_calls, ProbeCalls, SlowCall, Tally};
+use super::{LostRecords, Options};
 use crate::Trace;
+use stapsdt::ring::Context;
 use std::io::{self, Write};
 
 pub(super) const PERCENTILES: [usize; 3] = [50, 90, 99];
 
-pub fn write(traces: &[Trace], out: &mut impl Write) -> io::Result<()> {
-    let mut tallies: Vec<Tally> = traces.iter().map(Tally::of).collect();
+pub fn write(traces: &[Trace], options: &Options, out: &mut impl Write) -> io::Result<()> {
+    let mut tallies: Vec<Tally> = traces
+        .iter()
+        .map(|trace| Tally::of(trace, options.slowest))
+        .collect();
     writeln!(out, "{}", summary(traces, &tallies))?;
-    for probe in probe_calls(traces, &mut tallies) {
+    for probe in probe_calls(traces, &mut tallies, options.slowest) {
         writeln!(out)?;
         write_probe(out, probe)?;
     }
@@ -106,6 +110,7 @@ fn write_probe(out: &mut impl Write, probe: ProbeCalls) -> io::Result<()> {
         count(u128::from(probe.calls), "call")
     };
     let line = format!("{}  {calls}", probe.label);
+    let slowest = probe.slowest;
     let mut latencies = match probe.latencies {
         Some(latencies) if !latencies.is_empty() => latencies,
         _ => return writeln!(out, "{line}"),
@@ -122,7 +127,44 @@ fn write_probe(out: &mut impl Write, probe: ProbeCalls) -> io::Result<()> {
         percentiles.join(", "),
         duration(max)
     )?;
-    histogram::write(out, &histogram::latency_buckets(&latencies))
+    histogram::write(out, &histogram::latency_buckets(&latencies))?;
+    write_slowest(out, &slowest)
+}
+
+/// A latency probe's slowest calls, after a blank line: each its
+/// duration, process, thread and trace context.
+fn write_slowest(out: &mut impl Write, slowest: &[SlowCall]) -> io::Result<()> {
+    if slowest.is_empty() {
+        return Ok(());
+    }
+    let width = slowest
+        .iter()
+        .map(|call| duration(call.duration).len())
+        .max()
+        .unwrap_or(0);
+    writeln!(out, "\n  slowest:")?;
+    for call in slowest {
+        writeln!(
+            out,
+            "  {:>width$}  process {} thread {}  {}",
+            duration(call.duration),
+            call.pid,
+            call.tid,
+            context_text(&call.context)
+        )?;
+    }
+    Ok(())
+}
+
+/// A record's trace context, as the text report shows it.
+pub(super) fn context_text(context: &Context) -> String {
+    match context {
+        Context::None => "no trace context".to_owned(),
+        Context::Unknown => "trace context unknown".to_owned(),
+        Context::Known(context) => {
+            format!("trace {} span {}", context.trace_hex(), context.span_hex())
+        }
+    }
 }
 
 fn duration(nanoseconds: i64) -> String {
@@ -159,7 +201,7 @@ mod tests {
 
     fn text_of(traces: &[Trace]) -> String {
         let mut out = Vec::new();
-        write(traces, &mut out).unwrap();
+        write(traces, &Options::default(), &mut out).unwrap();
         String::from_utf8(out).unwrap()
     }
 
@@ -170,6 +212,46 @@ mod tests {
             .find(|block| block.starts_with(&format!("{label}  ")))
             .unwrap();
         block.lines().skip(1).map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn lists_a_latency_probes_slowest_calls_with_their_threads_and_trace_contexts() {
+        use stapsdt::ring::Context;
+        use stapsdt::trace_context::TraceContext;
+        let a = TraceContext::from_hex(b"4bf92f3577b34da6a3ce929d0e0e4736", b"00f067aa0ba902b7")
+            .unwrap();
+        let mut records = calls(&[3_000, 312_000_000, 7, 45_000_000, 9_000, 45_000_000, 1]);
+        records[1].context = Context::Known(a);
+        records[1].tid = 12;
+        records[3].context = Context::Unknown;
+        let mut other = trace("b.trace", standard_probes(), calls(&[50_000_000]));
+        other.header.pid = 999;
+        let report = text_of(&[trace("a.trace", standard_probes(), records), other]);
+        let block = report
+            .split("\n\n")
+            .find(|block| block.starts_with("  slowest:"))
+            .unwrap();
+        assert_eq!(
+            block.lines().collect::<Vec<_>>(),
+            [
+                "  slowest:",
+                "  312ms  process 4321 thread 12  trace 4bf92f3577b34da6a3ce929d0e0e4736 span 00f067aa0ba902b7",
+                "   50ms  process 999 thread 7  no trace context",
+                "   45ms  process 4321 thread 7  trace context unknown",
+                "   45ms  process 4321 thread 7  no trace context",
+                "    9us  process 4321 thread 7  no trace context",
+            ]
+        );
+        // One block of slowest calls: the other probes have no latency.
+        assert_eq!(report.matches("slowest:").count(), 1);
+        let mut none = Vec::new();
+        write(
+            &[trace("c.trace", standard_probes(), calls(&[5]))],
+            &Options { slowest: 0 },
+            &mut none,
+        )
+        .unwrap();
+        assert!(!String::from_utf8(none).unwrap().contains("slowest"));
     }
 
     #[test]
@@ -279,6 +361,11 @@ mod tests {
              < 1us       1 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n  \
              [1us, 2us)  1 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n  \
              [2us, 4us)  1 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n\
+             \n  \
+             slowest:\n  \
+             2.5us  process 4321 thread 7  no trace context\n  \
+             1.5us  process 4321 thread 7  no trace context\n  \
+             900ns  process 4321 thread 7  no trace context\n\
              \n\
              app:hits  1 call\n\
              \n\

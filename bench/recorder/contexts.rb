@@ -1,0 +1,90 @@
+# frozen_string_literal: true
+
+module Bench
+  class Recorder
+    # W3C trace contexts (StaticTracing.with_trace_context): a recorded call
+    # in a context next to the same call outside any, in the same rounds;
+    # setting and clearing a context while nothing records, then while a
+    # recording runs, alone and around a recorded call (whose first record
+    # in a new context writes the thread's context record).
+    class Contexts
+      PROVIDER = :bench_recorder_contexts
+      PATTERNS = ["#{PROVIDER}:*".freeze].freeze
+      TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+      SPAN_ID = "00f067aa0ba902b7"
+      IN_CONTEXT = "fire(Integer) recorded, in a trace context"
+
+      def initialize(group)
+        @group = group
+        registered = StaticTracing::Provider.register(group.provider(PROVIDER))
+        @tracepoint = registered.add_tracepoint(:int, Integer)
+        registered.load
+      end
+
+      def run
+        idle = @group.time_loops([with_trace_context_loop("with_trace_context { } (nothing records)")])
+        StaticTracing::Recorder.start(probes: PATTERNS, flight: true)
+        loops = [Loop.call("fire(Integer) recorded", @tracepoint, :fire, 42),
+                 Loop.call(IN_CONTEXT, @tracepoint, :fire, 42),
+                 with_trace_context_loop("with_trace_context { } (recording)"),
+                 Loop.new("with_trace_context { fire(Integer) } (recording)",
+                          "StaticTracing.with_trace_context(trace_id, span_id) { receiver.fire(42) }",
+                          trace_id: TRACE_ID, span_id: SPAN_ID, receiver: @tracepoint)]
+        recording = @group.time_loops(loops, around: in_context)
+        table(idle, recording)
+      ensure
+        StaticTracing::Recorder.stop
+      end
+
+      private
+
+      def with_trace_context_loop(label)
+        Loop.new(label, "StaticTracing.with_trace_context(trace_id, span_id) { }", trace_id: TRACE_ID,
+                                                                                   span_id: SPAN_ID)
+      end
+
+      # The IN_CONTEXT loop runs in one context, set before it is timed.
+      def in_context
+        lambda do |loop, &run|
+          next run.call unless loop.label == IN_CONTEXT
+
+          StaticTracing.with_trace_context(TRACE_ID, SPAN_ID, &run)
+        end
+      end
+
+      def table(idle, recording)
+        table = @group.add_table(:recorder_contexts, "Trace contexts (median of #{@group.rounds} interleaved rounds)",
+                                 measurement: "measurement", ns_per_call: ["ns/call", :d1],
+                                 spread_ns: ["min..max", :r1], compared_with: "compared with", ratio: ["ratio", :x])
+        idle_label = "with_trace_context { } (nothing records)"
+        table.row(id: "contexts.set_clear_idle", measurement: idle_label, **idle.timing(idle_label))
+        plain, in_context, set_clear, around_fire = recording_rows(recording)
+        table.row(plain)
+        table.row(in_context.merge(compared_with: plain[:measurement],
+                                   ratio: recording.ratio(in_context[:measurement], plain[:measurement])))
+        table.row(set_clear.merge(compared_with: idle_label,
+                                  ratio: set_clear[:ns_per_call] / idle.median(idle_label)))
+        table.row(around_fire.merge(compared_with: "#{plain[:measurement]} + #{idle_label}",
+                                    ratio: (around_fire[:ns_per_call] - plain[:ns_per_call]) /
+                                           idle.median(idle_label)))
+        notes(table)
+      end
+
+      def recording_rows(recording)
+        [["contexts.fire_int", "fire(Integer) recorded"], ["contexts.fire_int_in_context", IN_CONTEXT],
+         ["contexts.set_clear_recording", "with_trace_context { } (recording)"],
+         ["contexts.set_clear_around_fire", "with_trace_context { fire(Integer) } (recording)"]]
+          .map { |id, label| { id:, measurement: label, **recording.timing(label) } }
+      end
+
+      def notes(table)
+        table.note("targets: a recorded call in a context at most 1.05x one outside any (same rounds); setting " \
+                   "and clearing a context at most 100 ns while nothing records, at most 2x that while recording")
+        table.note("the last row's ratio is what a context set and cleared around a recorded call adds to that " \
+                   "call (its context record included), over set+clear while nothing records; the two phases " \
+                   "(nothing recording, then one flight recording of #{PATTERNS.first}) are timed apart, as a " \
+                   "recording cannot run for some rounds only")
+      end
+    end
+  end
+end
