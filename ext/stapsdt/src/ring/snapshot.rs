@@ -4,12 +4,13 @@
 
 use super::checks::Slots;
 use super::format::{
-    self, decode_stamp, offset, ProbeEntry, Slot, Stamp, FIRST, MAX_STRING, SEQUENCE_MASK,
-    SLOT_SIZE,
+    self, decode_stamp, first_stamp, later_stamp, offset, ProbeEntry, Slot, Stamp, CONTEXT_PROBE,
+    CONTEXT_SLOTS, CONTEXT_TAGS, FIRST, MAX_STRING, SEQUENCE_MASK, SLOT_SIZE,
 };
 use super::trace_file::{self, Origin};
 use super::writer::Ring;
 use crate::sys::AnonymousMemory;
+use std::collections::BTreeSet;
 use std::io::{self, Write};
 use std::sync::atomic::fence;
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
@@ -145,6 +146,18 @@ impl Ring {
     /// not whole at the cut): the records before its window were left
     /// out, not lost. `dropped` is the ring's, since it began, either way.
     ///
+    /// Trace contexts: a window cut short keeps the contexts of its
+    /// records. A thread whose records in the window were made in a trace
+    /// context whose context record lies before the window has that
+    /// context record (its latest before the window, the one in force at
+    /// its start) copied just before the window's first record, as the
+    /// file's first records, with its own time and ids: the window's
+    /// records read with the context the whole ring gives them, never
+    /// "unknown" for the window alone, never another context. Where that
+    /// context record is older than the copy reached, the copy goes on to
+    /// the ring's oldest slot for it; where the ring no longer holds it, the
+    /// records read "unknown", as in the whole ring.
+    ///
     /// Writers never wait for it. It allocates the stamps of one round and
     /// a flag a slot copied; its copy is a mapping of its own.
     pub fn snapshot_within(&self, window: Window) -> io::Result<Snapshot> {
@@ -176,9 +189,12 @@ impl Ring {
         // than it takes, the copy goes on.
         let mut lowest = head;
         let mut taken = 0;
-        let (table_bytes, kept, start, held, cut_short) = loop {
+        // Set once a window's records need a context record older than
+        // what was copied: the copy then goes on to the ring's oldest slot.
+        let mut to_oldest = false;
+        let (table_bytes, kept, start, mut held, cut_short, carried) = loop {
             let mut reached = false;
-            while lowest > first && !reached {
+            while lowest > first && (to_oldest || !reached) {
                 let start = first.max(lowest.saturating_sub(ROUND));
                 let area = copy.as_mut_slice();
                 self.copy_round(start, lowest, first, &mut stamps, area, &mut torn);
@@ -194,11 +210,18 @@ impl Ring {
             let area = &copy.as_slice()[((lowest - first) as usize * slot_size)..];
             let kept = Self::kept(area, lowest, span, head, self.config.slot_count, &probes);
             match Self::window_start(area, &kept, lowest, head, &window) {
-                Reach::LeftOut { start, held } => break (table_bytes, kept, start, held, true),
+                Reach::LeftOut { start, held } => {
+                    let (carried, missing) = contexts_in_force(area, &kept, lowest, start, head);
+                    if missing && lowest > first {
+                        to_oldest = true;
+                        continue;
+                    }
+                    break (table_bytes, kept, start, held, true, carried);
+                }
                 // Every record is in the window, older laps' too: the whole
                 // ring, each record at its position.
                 Reach::All { held } if lowest == first => {
-                    break (table_bytes, kept, first, held, false)
+                    break (table_bytes, kept, first, held, false, Vec::new())
                 }
                 // Fewer records copied were whole than the window takes.
                 Reach::All { .. } => {}
@@ -222,6 +245,11 @@ impl Ring {
             }
             slot.fill(0);
         }
+        // The context records in force at the window's start that its
+        // records need go just before it, in their order: the file's first
+        // records, so that each of those records reads with its context.
+        let start = carry(area, lowest, start, &carried);
+        held += carried.len() as u64;
 
         let slot_count = head - start;
         let origin = Origin {
@@ -390,6 +418,82 @@ impl Ring {
             }
         }
     }
+}
+
+/// The context records that the records of the window `start..head` of
+/// `area` (a copy from sequence number `lowest` on, `kept` its whole
+/// records) need from before it: for each thread with a record in the
+/// window made in a context (a context tag) before any context record of
+/// its own there, its latest context record before the window, the one in
+/// force at its start (the reader takes a thread's latest context record:
+/// see `contexts`). Their sequence numbers, oldest first, and whether one
+/// of those threads has none in `area` (an older copy may have it).
+fn contexts_in_force(
+    area: &[u8],
+    kept: &[bool],
+    lowest: u64,
+    start: u64,
+    head: u64,
+) -> (Vec<u64>, bool) {
+    let slot_size = SLOT_SIZE as usize;
+    let record_at = |seq: u64| {
+        let index = (seq - lowest) as usize;
+        let bytes = &area[index * slot_size..][..slot_size];
+        (kept[index] && first_of(bytes, seq)).then(|| Slot::at(bytes))
+    };
+    let (mut needed, mut in_window) = (BTreeSet::new(), BTreeSet::new());
+    for slot in (start..head).filter_map(record_at) {
+        if slot.probe() == CONTEXT_PROBE {
+            in_window.insert(slot.tid());
+        } else if CONTEXT_TAGS.contains(&slot.tag()) && !in_window.contains(&slot.tid()) {
+            needed.insert(slot.tid());
+        }
+    }
+    let mut carried = Vec::with_capacity(needed.len());
+    for seq in (lowest..start).rev() {
+        if needed.is_empty() {
+            break;
+        }
+        if let Some(slot) = record_at(seq) {
+            if slot.probe() == CONTEXT_PROBE && needed.remove(&slot.tid()) {
+                carried.push(seq);
+            }
+        }
+    }
+    carried.reverse();
+    (carried, !needed.is_empty())
+}
+
+/// Copies the context records of sequence numbers `carried` (oldest first,
+/// all before `start`, in `area`, a copy from sequence number `lowest` on)
+/// into the slots just before `start`, stamped for their new sequence
+/// numbers; returns the window's new start. A context record's time and
+/// words stay its own: only its place in the file changes.
+fn carry(area: &mut [u8], lowest: u64, start: u64, carried: &[u64]) -> u64 {
+    let slot_size = SLOT_SIZE as usize;
+    let record_len = CONTEXT_SLOTS as usize * slot_size;
+    let at = |seq: u64| (seq - lowest) as usize * slot_size;
+    // Taken out first: a record's new slots may be another's old ones.
+    let records: Vec<u8> = carried
+        .iter()
+        .flat_map(|&seq| area[at(seq)..][..record_len].iter().copied())
+        .collect();
+    // Each context record carried has slots of its own before `start`.
+    let new_start = start - carried.len() as u64 * CONTEXT_SLOTS;
+    for (index, record) in records.chunks_exact(record_len).enumerate() {
+        let seq = new_start + index as u64 * CONTEXT_SLOTS;
+        let slots = &mut area[at(seq)..][..record_len];
+        slots.copy_from_slice(record);
+        for (later, slot) in slots.chunks_exact_mut(slot_size).enumerate() {
+            let stamp = if later == 0 {
+                first_stamp(seq, CONTEXT_SLOTS)
+            } else {
+                later_stamp(seq, later as u64)
+            };
+            slot[..8].copy_from_slice(&stamp.to_le_bytes());
+        }
+    }
+    new_start
 }
 
 /// Whether `slot` (its bytes) holds the first slot of sequence number `seq`'s record.
