@@ -198,7 +198,8 @@ fn made_together(one: &Header, other: &Header) -> bool {
 
 /// The first header field that differs, as a message.
 fn header_change(before: &Header, now: &Header) -> String {
-    let fields: [(&str, i128, i128); 9] = [
+    let fields: [(&str, i128, i128); 10] = [
+        ("version", before.version.into(), now.version.into()),
         (
             "anchor_monotonic_ns",
             before.anchor_monotonic_ns.into(),

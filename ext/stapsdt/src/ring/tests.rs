@@ -1268,6 +1268,41 @@ fn a_ring_rewritten_under_its_reader_is_refused_saying_what_changed() {
     assert_eq!(in_file.next(&opened(&moved), other).unwrap(), Next::Other);
 }
 
+#[test]
+fn a_continuity_keeps_its_rings_format_version_and_refuses_a_version_rewritten() {
+    use super::continuity::{Continuity, Next};
+    let config = config(16, true);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let int = ring
+        .add_probe("app", "int", &[ArgType::Int64], None, None)
+        .unwrap();
+    assert!(ring.record_context(1, Maker::new(7, 1), &context(1, 2)));
+    assert!(ring.record_integer_by(int, 2, Maker::new(7, 1), 5));
+    let version_2 = memory.bytes();
+    drop(ring);
+    // A version-1 writer's header (its records are not read here).
+    let mut version_1 = version_2.clone();
+    put_bytes(&mut version_1, offset::VERSION, &1u32.to_le_bytes());
+    let opened = |bytes: &[u8]| scan::open(bytes, scan::Pass::Live).unwrap();
+    for (bytes, version) in [(&version_2, 2), (&version_1, 1)] {
+        let seen = Continuity::of(&opened(bytes), None);
+        let again = Continuity::decode(&seen.encode().unwrap(), None).unwrap();
+        assert_eq!(again.encode().unwrap(), seen.encode().unwrap());
+        assert_eq!(again.next(&opened(bytes), None).unwrap(), Next::Same);
+        let header = checks::header(&again.encode().unwrap(), u64::MAX).unwrap();
+        assert_eq!(header.version, version);
+    }
+    let seen = Continuity::of(&opened(&version_2), None);
+    let err = seen.next(&opened(&version_1), None).unwrap_err();
+    assert!(
+        err.message()
+            .contains("its header field version changed from 2 to 1"),
+        "{}",
+        err.message()
+    );
+}
+
 /// A file read through, counting the bytes read.
 struct Counted {
     file: std::fs::File,

@@ -60,6 +60,9 @@ impl Tally {
             if let Some(refused) = &ring.refused {
                 out.text(refused);
             }
+            // Not the trace context in force on each thread, which the
+            // cursor keeps too: a tally counts calls, whatever context they
+            // were made in (and skips context records).
             let cursor = &ring.cursor;
             out.u64(cursor.position);
             out.u64(cursor.read);
@@ -378,6 +381,33 @@ mod tests {
         assert_eq!(calls(&again), owned(&[("app:index", 67)]));
         assert_eq!(again.lost().overwritten, 16);
         assert_eq!(again.probes()[0].latency.as_ref().unwrap().count, 67);
+    }
+
+    #[test]
+    fn a_tally_of_a_ring_with_trace_contexts_hands_on_its_calls_not_its_context_records() {
+        use stapsdt::ring::Maker;
+        use stapsdt::trace_context::TraceContext;
+        let live = LiveRing::new(64, true);
+        let index = live.latency_probe("index");
+        let context = TraceContext::new([1; 16], [2; 8]).unwrap();
+        let mut tally = Tally::new("ring");
+        assert!(live.ring.record_context(1, Maker::new(7, 1), &context));
+        for _ in 0..3 {
+            assert!(live
+                .ring
+                .record_integer_by(index, 2, Maker::new(7, 1), 1000));
+        }
+        assert_eq!(tally.scrape(&live).unwrap(), 4);
+        assert_eq!(calls(&tally), owned(&[("app:index", 3)]));
+        let mut next = handed_on(&tally);
+        assert!(live.ring.record_context(3, Maker::new(7, 2), &context));
+        assert!(live
+            .ring
+            .record_integer_by(index, 4, Maker::new(7, 2), 1000));
+        assert_eq!(next.scrape(&live).unwrap(), 2);
+        assert_eq!(calls(&next), owned(&[("app:index", 4)]));
+        assert_eq!(next.probes()[0].latency.as_ref().unwrap().count, 4);
+        assert_eq!(next.lost().overwritten, 0);
     }
 
     #[test]
