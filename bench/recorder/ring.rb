@@ -20,6 +20,11 @@ module Bench
       # records interleave in the ring.
       PASS_EVERY = 1_000
       READ_BACK = File.join(__dir__, "read_back.rb")
+      WORKER_MEMORY = File.join(__dir__, "worker_memory.rb")
+      # What snapshots and dumps may leave behind in a worker's resident
+      # set, at most (docs/performance.md): their copies are mappings of
+      # their own, handed back once written.
+      LASTING_BOUND = 2 * 1024 * 1024
       MIB = 1024.0 * 1024
       COUNT = Table::FORMATS[:int]
 
@@ -47,6 +52,7 @@ module Bench
           StaticTracing::Recorder.stop
         end
         [false, true].each { |flight| table.row(memory_row(flight)) }
+        worker_memory_rows.each { |row| table.row(row) }
         notes(table)
         read(reading, traces[:million])
       ensure
@@ -140,6 +146,47 @@ module Bench
           detail: format("%<allocated>.2f MiB allocated, %<resident>.2f MiB resident after a lap; Recorder.start " \
                          "%<ms>.1f ms; on %<fs>s", allocated: allocated / MIB, resident: resident / MIB,
                                                    ms: start_ns / 1e6, fs: filesystem(path)) }
+      end
+
+      # What a worker's resident set holds because of recording, measured
+      # in a process of its own (bench/recorder/worker_memory.rb): the
+      # ring's pages after a lap, then what trigger snapshots and whole
+      # dumps leave behind (anonymous pages) and take at their peak.
+      def worker_memory_rows
+        dir = @group.file("recorder-worker-memory")
+        FileUtils.rm_rf(dir)
+        FileUtils.mkdir_p(dir)
+        output = Bench.run_command(RbConfig.ruby, "-I", File.join(ROOT, "lib"), WORKER_MEMORY, dir,
+                                   log: @group.file("recorder-worker-memory.log"), timeout: 300)
+        figures = JSON.parse(output.lines.last)
+        [ring_pages_row(figures), lasting_row(figures, "snapshots", "lap", "20 trigger snapshots (default window)",
+                                              figures["snapshot_bytes"]),
+         lasting_row(figures, "whole", "snapshots", "5 dumps of the whole ring (Recorder.dump)",
+                     figures["whole_bytes"])]
+      ensure
+        FileUtils.rm_rf(dir) if dir
+      end
+
+      def ring_pages_row(figures)
+        before, lap = figures.values_at("before", "lap")
+        grown = lap["VmRSS"] - before["VmRSS"]
+        { id: "ring.worker.ring", measurement: "worker's resident set: a 16M flight ring after a lap",
+          value: grown / MIB, unit: "MiB", grown_bytes: grown, shared_bytes: lap["RssShmem"],
+          anon_grown_bytes: lap["RssAnon"] - before["RssAnon"],
+          detail: format("%<shared>.1f MiB of it the ring's shared pages; anonymous pages +%<anon>.2f MiB",
+                         shared: lap["RssShmem"] / MIB, anon: (lap["RssAnon"] - before["RssAnon"]) / MIB) }
+      end
+
+      def lasting_row(figures, key, since, what, file_bytes)
+        after, before = figures.values_at(key, since)
+        grown = after["RssAnon"] - before["RssAnon"]
+        within = grown <= LASTING_BOUND
+        { id: "ring.worker.#{key}", measurement: "worker's resident set after #{what}",
+          value: grown / MIB, unit: "MiB left", grown_bytes: grown, bound_bytes: LASTING_BOUND, within:,
+          peak_bytes: after["VmHWM"], file_bytes:,
+          detail: format("%<verdict>s %<bound>.0f MiB; each file %<file>.2f MiB; peak resident %<peak>.1f MiB",
+                         verdict: within ? "within" : "NOT WITHIN", bound: LASTING_BOUND / MIB,
+                         file: file_bytes / MIB, peak: after["VmHWM"] / MIB) }
       end
 
       # The Rss of this process's mappings of +path+.

@@ -55,8 +55,10 @@ module StaticTracing
       # records, e.g. "16M" (rounded up to a power of two). +dump_when+:
       # "provider:probe > 250ms": a call of that latency probe slower than
       # that writes a snapshot into +dump_dir+ (the stub directory unless
-      # given), at most one every +dump_interval+ seconds and +max_dumps+ in
-      # all; it implies +flight+. Raises ArgumentError for a bad setting and
+      # given), at most one every +dump_interval+ seconds, each of the
+      # slow call and the +dump_window+ seconds before it (+dump_records+
+      # at most), within the directory's budget (+max_dumps+ snapshots and
+      # +max_dump_bytes+, whichever process wrote them); it implies +flight+. Raises ArgumentError for a bad setting and
       # RecorderError when the ring cannot be made (the message says why);
       # either way nothing changes. Returns #status.
       def start(**settings)
@@ -183,8 +185,8 @@ module StaticTracing
       end
 
       # Called by the Watcher when it wakes: a call exceeded a trigger's
-      # threshold, so a snapshot is written (at most one an interval, and
-      # max_dumps in all).
+      # threshold, so a snapshot is written (at most one an interval, within
+      # the dump directory's budget).
       def take_trigger
         return unless @recording
 

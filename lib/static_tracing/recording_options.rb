@@ -23,10 +23,6 @@ module StaticTracing
     MAX_SIZE = 4 * GIB
     DEFAULT_SIZE = 8 * MIB
     DEFAULT_FLIGHT_SIZE = 16 * MIB
-    DEFAULT_DUMP_INTERVAL = 60.0
-    DEFAULT_MAX_DUMPS = 10
-    DUMP_INTERVALS = (0.0..86_400.0)
-    MAX_DUMPS = (1..1000)
     UNITS = { "" => 1, "K" => KIB, "M" => MIB, "G" => GIB }.freeze
     SIZE = /\A\s*(\d+)\s*([KMG]?)(?:i?B)?\s*\z/i
     # A glob over provider and probe names: their characters, * and ?.
@@ -62,11 +58,12 @@ module StaticTracing
     # Checked settings; see RecordingOptions.settings. +ring_size+: bytes,
     # as asked (the ring rounds its slots up to a power of two).
     Settings = Struct.new(:probes, :flight, :ring_size, :dump_when, :dump_dir, :dump_interval, :max_dumps,
-                          keyword_init: true) do
+                          :max_dump_bytes, :dump_window, :dump_records, keyword_init: true) do
       # As the command sends them and the process reads them back.
       def to_h
         { "probes" => probes, "flight" => flight, "size" => ring_size, "dump_when" => dump_when&.to_s,
-          "dump_dir" => dump_dir, "dump_interval" => dump_interval, "max_dumps" => max_dumps }
+          "dump_dir" => dump_dir, "dump_interval" => dump_interval, "max_dumps" => max_dumps,
+          "max_dump_bytes" => max_dump_bytes, "dump_window" => dump_window, "dump_records" => dump_records }
       end
     end
 
@@ -77,17 +74,18 @@ module StaticTracing
     # "provider:probe" (globs; a provider alone means all its probes),
     # none for every probe. +flight+: keep the newest records in the ring
     # rather than wait for a reader. +dump_when+ ("provider:probe > 250ms")
-    # implies flight: a snapshot holds what the ring holds. One keyword a
-    # setting, as the command has one option each.
-    def settings(probes: [], flight: false, size: nil, dump_when: nil, dump_dir: nil, # rubocop:disable Metrics/ParameterLists
-                 dump_interval: DEFAULT_DUMP_INTERVAL, max_dumps: DEFAULT_MAX_DUMPS)
+    # implies flight: a snapshot holds what the ring holds of the slow call
+    # and of the +dump_window+ seconds before it began (+dump_records+ at
+    # most). +max_dumps+ and +max_dump_bytes+: what the dump directory's
+    # snapshots may take in all, whichever process wrote them. One keyword
+    # a setting, as the command has one option each.
+    def settings(probes: [], flight: false, size: nil, dump_when: nil, **snapshots)
       # A Trigger made elsewhere is checked as its text would be.
       trigger = dump_when && trigger(dump_when.is_a?(Trigger) ? dump_when.to_s : dump_when)
       flight = true if trigger
       Settings.new(probes: patterns(probes), flight: flight ? true : false,
                    ring_size: size.nil? ? default_size(flight) : size(size), dump_when: trigger,
-                   dump_dir: dump_dir && directory(dump_dir), dump_interval: dump_interval(dump_interval),
-                   max_dumps: max_dumps(max_dumps))
+                   **SnapshotOptions.settings(snapshots))
     end
 
     # Adds the options of a recording to +parser+ (an OptionParser); each
@@ -103,16 +101,7 @@ module StaticTracing
                                        "'my_controller:show > 250ms' (implies --flight)") do |trigger|
         values[:dump_when] = trigger
       end
-      parser.on("--dump-dir DIR", "Where the process writes those snapshots (default: its stub directory)") do |dir|
-        values[:dump_dir] = dir
-      end
-      parser.on("--dump-interval SECONDS", "At most one snapshot this often " \
-                                           "(default #{DEFAULT_DUMP_INTERVAL.to_i})") do |seconds|
-        values[:dump_interval] = seconds
-      end
-      parser.on("--max-dumps N", "At most this many snapshots (default #{DEFAULT_MAX_DUMPS})") do |count|
-        values[:max_dumps] = count
-      end
+      SnapshotOptions.define(parser, values)
     end
 
     # Settings from a command line of those options and probe patterns
@@ -135,9 +124,7 @@ module StaticTracing
       raise ArgumentError, "recording settings must be a JSON object, got #{hash.inspect}" unless hash.is_a?(Hash)
 
       settings(probes: hash.fetch("probes", []), flight: hash["flight"] == true, size: hash["size"],
-               dump_when: hash["dump_when"], dump_dir: hash["dump_dir"],
-               dump_interval: hash.fetch("dump_interval", DEFAULT_DUMP_INTERVAL),
-               max_dumps: hash.fetch("max_dumps", DEFAULT_MAX_DUMPS))
+               dump_when: hash["dump_when"], **SnapshotOptions.from_h(hash))
     end
 
     def default_size(flight)
@@ -229,27 +216,8 @@ module StaticTracing
       raise ArgumentError, "trigger threshold #{duration.strip.inspect} in #{trigger.inspect} is out of range: " \
                            "give at least 1ns and at most #{Durations.exact(THRESHOLDS.max)} (a day)"
     end
-
-    def directory(path)
-      return path if path.is_a?(String) && !path.empty? && !path.include?("\0")
-
-      raise ArgumentError, "invalid dump directory #{path.inspect}: give a directory's path"
-    end
-
-    def dump_interval(seconds)
-      value = seconds.is_a?(Numeric) ? seconds : Float(seconds.to_s, exception: false)
-      return value.to_f if value.is_a?(Numeric) && value.real? && DUMP_INTERVALS.cover?(value)
-
-      raise ArgumentError, "invalid dump interval #{seconds.inspect}: give seconds from " \
-                           "#{DUMP_INTERVALS.min.to_i} to #{DUMP_INTERVALS.max.to_i}"
-    end
-
-    def max_dumps(count)
-      value = count.is_a?(Integer) ? count : Integer(count.to_s, 10, exception: false)
-      return value if value && MAX_DUMPS.cover?(value)
-
-      raise ArgumentError, "invalid maximum of dumps #{count.inspect}: give a number from " \
-                           "#{MAX_DUMPS.min} to #{MAX_DUMPS.max}"
-    end
   end
 end
+
+# Loaded once RecordingOptions' units and size rule are there.
+require_relative "recording_options/snapshot_options"

@@ -213,18 +213,30 @@ RSpec.describe "static-tracing export" do
       expect(export.output.lines.grep(/static-tracing:/)).to eq([])
     end
 
-    it "drops the series of a process that exits, and says so" do
-      staying, leaving = Array.new(2) { recording_process }
-      export = start_export(staying.pid, leaving.pid)
-      expect(calls(scrape).keys.map(&:first)).to contain_exactly(staying.pid.to_s, leaving.pid.to_s)
-      leaving.kill
+    it "reads a process that exits to its last record, killed or not, serves that once, then drops its series" do
+      staying, killed, ended = Array.new(3) { recording_process }
+      export = start_export("--keep-exited", 0, staying.pid, killed.pid, ended.pid)
+      [killed, ended].each { |child| call_work(child, 10) }
+      expect(calls(scrape)).to include([killed.pid.to_s, "work"] => 10, [ended.pid.to_s, "work"] => 10)
+      # Calls after the last scrape, then the process is gone: SIGKILLed
+      # (its ring left behind), or exited (its ring removed as it exits).
+      [killed, ended].each { |child| call_work(child, 500) }
+      killed.kill
+      ended.stop("TERM")
+      families = scrape
+      expect(calls(families)).to eq([staying.pid.to_s, "work"] => 0, [killed.pid.to_s, "work"] => 510,
+                                    [ended.pid.to_s, "work"] => 510)
+      lost = PrometheusText.values(families, "static_tracing_lost_records_total", by: %i[pid reason])
+      expect(lost.values.sum).to eq(0)
       expect(calls(scrape).keys.map(&:first)).to eq([staying.pid.to_s])
       # Said on stderr as the scrape is answered: read once it arrives.
-      said = "static-tracing: process #{leaving.pid} exited: its series are gone"
-      expect(export.wait_for(/^#{Regexp.escape(said)}$/, timeout: 10)[0]).to eq(said)
+      [killed, ended].each do |child|
+        said = "static-tracing: process #{child.pid} exited: read its ring to its end; its series go at the next scrape"
+        expect(export.wait_for(/^#{Regexp.escape(said)}$/, timeout: 10)[0]).to eq(said)
+      end
     end
 
-    it "with no PID, finds each process of its user that records at each scrape, new ones from 0" do
+    it "with no PID, finds each process of its user that records at each scrape, new ones from 0, keeps those gone" do
       before = recording_process
       call_work(before, 3)
       start_export
@@ -232,8 +244,11 @@ RSpec.describe "static-tracing export" do
       after = recording_process
       call_work(after, 4)
       expect(calls(scrape)).to include([before.pid.to_s, "work"] => 3, [after.pid.to_s, "work"] => 4)
+      call_work(after, 5)
       after.kill
-      expect(calls(scrape).keys.map(&:first)).not_to include(after.pid.to_s)
+      # Read to its end, then kept at its last counts (--keep-exited, 60 s).
+      expect(calls(scrape)).to include([after.pid.to_s, "work"] => 9)
+      expect(calls(scrape)).to include([after.pid.to_s, "work"] => 9)
     end
 
     it "refuses a process that does not record in one line, before it serves" do

@@ -116,15 +116,41 @@ RSpec.describe "Recording a live process with static-tracing", :subprocess do
       expect(recorder_status).to be_nil
     end
 
-    it "is refused while another recording runs, and says which" do
-      app.evaluate("StaticTracing::Recorder.start(flight: true, size: '64K'); nil")
+    it "reads the ring of a flight recording that runs, for the time asked, and leaves it running" do
+      app.evaluate("StaticTracing::Recorder.start(flight: true, size: '64K'); run(30); nil")
+      trace = File.join(dir, "focused.trace")
+      command = E2E::Child.new(RbConfig.ruby, CLIHelpers::EXE, "record", app.pid.to_s, "rec_app:index", "-o", trace)
+      started_processes << command
+      command.wait_for(/^Process #{app.pid} keeps a flight recording \(every probe\): reading its ring \(Ctrl-C/)
+      app.evaluate("run(50); nil")
+      output = interrupt_record(command)
+
+      expect(output).to match(wrote_line(50, trace, "interrupted"))
+      # Only what was made while it read: not the 30 calls before it, and
+      # none of them counted as lost.
+      expect(recorded_calls(read_trace(trace))).to eq("rec_app:index" => 50)
+      expect(read_trace(trace).lost).to eq(0)
+      expect(recorder_status).to include("flight" => true, "by" => "process")
+    end
+
+    it "says precisely why it cannot read a recording that runs, and what to run instead" do
+      app.evaluate("StaticTracing::Recorder.start(probes: ['rec_app:slow'], flight: true, size: '64K'); nil")
+      result = run_cli("record", app.pid, "rec_app:index", "--seconds", "1")
+      expect(result).to have_attributes(exitstatus: 1, stdout: "")
+      expect(result.stderr).to eq(
+        "static-tracing: process #{app.pid} keeps a flight recording of rec_app:slow, which does not record " \
+        "rec_app:index: read what it records (static-tracing record #{app.pid} rec_app:slow), or stop it first " \
+        "(static-tracing record #{app.pid} --stop) and record what you asked\n"
+      )
+      app.evaluate("StaticTracing::Recorder.stop; nil")
+
+      following = start_record(app.pid)
       result = run_cli("record", app.pid, "--seconds", "1")
       expect(result).to have_attributes(exitstatus: 1, stdout: "")
-      expect(result.stderr).to start_with(
-        "static-tracing: process #{app.pid} refused: a recording is running already (flight, started by the " \
-        "process itself"
-      )
-      expect(recorder_status).to include("flight" => true)
+      expect(result.stderr).to start_with("static-tracing: process #{app.pid} is being recorded by another " \
+                                          "static-tracing record already (recording ")
+      expect(result.stderr).to end_with("wait for it to end, or stop it (static-tracing record #{app.pid} --stop)\n")
+      interrupt_record(following)
     end
 
     it "names a process that does not run the gem as such" do

@@ -71,4 +71,27 @@ RSpec.describe StaticTracing::RecordingOptions do
         .to raise_error(ArgumentError, /\Ainvalid maximum of dumps .*: give a number from 1 to 1000\z/)
     end
   end
+
+  it "bounds what a snapshot holds and what a dump directory's snapshots take" do
+    [-1, 86_401, "soon", nil].each do |seconds|
+      expect { described_class.settings(dump_window: seconds) }
+        .to raise_error(ArgumentError, /\Ainvalid dump window .*: give seconds from 0 to 86400\z/)
+    end
+    [0, (2**32) + 1, "all", 1.5].each do |count|
+      expect { described_class.settings(dump_records: count) }
+        .to raise_error(ArgumentError, /\Ainvalid number of records a snapshot holds .*: give a number from 1/)
+    end
+    ["1K", "lots", -1, 2**51].each do |bytes|
+      expect { described_class.settings(max_dump_bytes: bytes) }
+        .to raise_error(ArgumentError, /\Ainvalid maximum of snapshot bytes .*from 64K/)
+    end
+    expect { described_class.settings(dump_windows: 1) }.to raise_error(ArgumentError, /unknown .*dump_windows/)
+    settings = described_class.parse_arguments("--dump-when 'a:b > 1ms' --dump-window 0.5 --dump-records 7 " \
+                                               "--max-dump-bytes 1G")
+    expect(settings).to have_attributes(dump_window: 0.5, dump_records: 7, max_dump_bytes: described_class::GIB,
+                                        max_dumps: 10)
+    expect(described_class.from_h(settings.to_h)).to eq(settings)
+    expect(described_class.settings).to have_attributes(dump_window: 5.0, dump_records: 100_000,
+                                                        max_dump_bytes: 256 * described_class::MIB)
+  end
 end

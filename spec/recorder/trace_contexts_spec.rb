@@ -70,4 +70,22 @@ RSpec.describe "Trace contexts in a live process's recording", :subprocess do
     expect(slowest.count { |line| line.include?("no trace context") }).to eq(2)
     expect(slowest.count { |line| line.include?(fast_trace) }).to eq(1)
   end
+
+  it "names the slow request's trace in a snapshot whose window starts after the request entered its trace" do
+    # One record: the slow call, made when it ended, long after its
+    # request's context record; a fast request of another trace just before.
+    result = run_cli("record", app.pid, "shop_controller:*", "--dump-when", "shop_controller:index > 100ms",
+                     "--dump-dir", dir, "--dump-records", "1", "--size", "1M")
+    expect(result.exitstatus).to eq(0), result.stderr
+    expect(app.evaluate("[get(0.001, #{traceparent(fast_trace).inspect}), " \
+                        "get(0.15, #{traceparent(slow_trace).inspect})]")).to eq([200, 200])
+
+    said = app.wait_for(/static_tracing: shop_controller:index took 1\d\dms \(trace (\h+)\) \(.*\): wrote (\S+)$/)
+    expect(said[1]).to eq(slow_trace)
+    report = run_cli("report", said[2], "--format", "json")
+    expect(report.exitstatus).to eq(0), report.stderr
+    index = JSON.parse(report.stdout)["probes"].find { |probe| probe["probe"] == "shop_controller:index" }
+    expect(index["calls"]).to eq(1)
+    expect(index["latency"]["slowest"].first).to include("trace_id" => slow_trace, "span_id" => "00f067aa0ba902b7")
+  end
 end

@@ -9,7 +9,8 @@
 //! - [`format`]: every offset, constant and encoding of the format, and
 //!   [`Slot`], the one view of a slot's bytes;
 //! - [`Ring`]: the writer, lock-free and allocation-free on its hot paths,
-//!   and [`Ring::snapshot`], a consistent copy of it as a trace file;
+//!   and [`Ring::snapshot_within`], a consistent copy of it, or of the
+//!   newest records of a [`Window`] of it, as a trace file;
 //! - [`scan`]: the format's one reader: a ring or trace file read from
 //!   wherever its bytes are, a window of slots at a time, every byte checked
 //!   (the checks are `checks`'), and [`parse`], its reading of bytes in memory;
@@ -60,6 +61,7 @@ pub use contexts::{Context, Contexts};
 pub use cursor::{Cursor, Lost};
 pub use format::{Arg, Counters, Header, Maker, ProbeEntry, Slot, Value, MAX_STRING};
 pub use scan::{parse, TraceError};
+pub use snapshot::{Snapshot, Window};
 pub use writer::{
     ConfigError, Ring, RingConfig, TableError, DEFAULT_TABLE_CAPACITY, MAX_SLOTS_BYTES,
     MAX_TABLE_CAPACITY, MIN_SLOTS_BYTES,

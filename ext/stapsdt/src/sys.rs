@@ -594,6 +594,116 @@ pub fn create_fifo_at(dir: &File, name: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// Takes `flock`'s exclusive lock on `file` (a directory too: it needs no
+/// write access, unlike a record lock) if no other open file description
+/// holds it, without waiting: Ok(false) when one does. It lasts until the
+/// descriptor is closed.
+pub fn try_flock_exclusive(file: &File) -> io::Result<bool> {
+    // SAFETY: plain syscall on a descriptor the caller holds open.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(true);
+    }
+    let err = io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::EWOULDBLOCK) => Ok(false),
+        _ => Err(err),
+    }
+}
+
+/// Private memory of a mapping of its own, zeroed, handed back to the
+/// kernel when dropped: a large copy (a snapshot of a ring) made here
+/// leaves nothing behind, where malloc's arenas keep much of what they
+/// were once given (glibc raises its mapping threshold to the size of the
+/// last large block freed, so the next one comes from an arena and stays).
+/// Its pages take memory only once written.
+#[cfg(not(miri))]
+#[derive(Debug)]
+pub struct AnonymousMemory {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is this value's alone; references to its bytes are
+// handed out through `&self`/`&mut self` as a Vec's would be.
+#[cfg(not(miri))]
+unsafe impl Send for AnonymousMemory {}
+// SAFETY: as above.
+#[cfg(not(miri))]
+unsafe impl Sync for AnonymousMemory {}
+
+#[cfg(not(miri))]
+impl AnonymousMemory {
+    /// `len` bytes of zeroes (none: no mapping at all).
+    pub fn new(len: usize) -> io::Result<AnonymousMemory> {
+        if len == 0 {
+            return Ok(AnonymousMemory {
+                base: NonNull::dangling(),
+                len,
+            });
+        }
+        // SAFETY: a fresh private mapping chosen by the kernel overlaps
+        // nothing of ours.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let base = NonNull::new(base.cast::<u8>()).ok_or_else(|| io::Error::other("mmap at 0"))?;
+        Ok(AnonymousMemory { base, len })
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: `len` bytes mapped readable by `new` (or none, from a
+        // dangling, aligned pointer), alive while `self` is, and written
+        // only through `as_mut_slice`, which borrows `self` mutably.
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr(), self.len) }
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_slice`, borrowed mutably through `self`.
+        unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr(), self.len) }
+    }
+}
+
+#[cfg(not(miri))]
+impl Drop for AnonymousMemory {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: mapped by `new`, unmapped once; no reference to its
+            // bytes outlives `self`.
+            unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+        }
+    }
+}
+
+/// Under Miri, which maps no memory of its own: a Vec.
+#[cfg(miri)]
+#[derive(Debug)]
+pub struct AnonymousMemory(Vec<u8>);
+
+#[cfg(miri)]
+impl AnonymousMemory {
+    pub fn new(len: usize) -> io::Result<AnonymousMemory> {
+        Ok(AnonymousMemory(vec![0; len]))
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        &self.0
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+}
+
 /// A shared, writable mapping of the first `len` bytes of a file, unmapped
 /// when dropped. Whoever maps the file sees the same bytes: this process's
 /// writes are another process's reads, with no copy in between.

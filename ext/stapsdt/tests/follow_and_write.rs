@@ -193,6 +193,72 @@ fn a_file_that_breaks_the_format_is_named_in_the_error() {
 }
 
 #[test]
+fn a_follower_from_now_reads_and_counts_only_the_records_made_after_it_began() {
+    let mut fixture = Fixture::new("from-now", 16, true);
+    let probe = fixture
+        .ring
+        .add_probe("app", "p", &[ArgType::Int64], Some(0), None)
+        .unwrap();
+    // A flight ring another recording has lapped: 40 records, 24 overwritten.
+    for value in 0..40 {
+        fixture.ring.record_integer(probe, value as u64, 1, value);
+    }
+    fixture.sync();
+    let mut follower = Follower::from_now(&fixture.file, "ring").unwrap();
+    assert_eq!(follower.poll(&fixture.file).unwrap(), 0);
+    for value in 40..45 {
+        fixture.ring.record_integer(probe, value as u64, 1, value);
+    }
+    fixture.sync();
+    assert_eq!(follower.poll(&fixture.file).unwrap(), 5);
+    let counts = follower.counts();
+    assert_eq!((counts.records, counts.lost, counts.dropped), (5, 0, 0));
+    // Then 20 more before the next read: 4 of them overwritten.
+    for value in 45..65 {
+        fixture.ring.record_integer(probe, value as u64, 1, value);
+    }
+    fixture.sync();
+    assert_eq!(follower.poll(&fixture.file).unwrap(), 16);
+    assert_eq!(follower.finish(&fixture.file).unwrap(), 0);
+    let counts = follower.counts();
+    assert_eq!((counts.records, counts.lost, counts.dropped), (21, 4, 0));
+
+    let mut written = Vec::new();
+    follower.write(&mut written).unwrap();
+    let trace = parse(&written).unwrap();
+    let firsts: Vec<Value> = trace.records.iter().map(|r| r.args[0].clone()).collect();
+    let expected: Vec<Value> = (40..45).chain(49..65).map(Value::Int).collect();
+    assert_eq!(firsts, expected);
+    assert_eq!(trace.lost(), 4);
+}
+
+#[test]
+fn a_follower_from_now_refuses_a_ring_rewritten_after_it_began() {
+    let mut fixture = Fixture::new("from-now-rewritten", 16, true);
+    let probe = fixture
+        .ring
+        .add_probe("app", "p", &[ArgType::Int64], Some(0), None)
+        .unwrap();
+    for value in 0..3 {
+        assert!(fixture.ring.record_integer(probe, value as u64, 1, value));
+    }
+    fixture.sync();
+    let mut follower = Follower::from_now(&fixture.file, "ring").unwrap();
+    assert!(fixture.ring.record_integer(probe, 3, 1, 3));
+    fixture.sync();
+    assert_eq!(follower.poll(&fixture.file).unwrap(), 1);
+    // records (offset 192) sent back under what the follower read.
+    fixture.file.write_all_at(&1u64.to_le_bytes(), 192).unwrap();
+    let err = follower.poll(&fixture.file).unwrap_err().to_string();
+    assert!(
+        err.starts_with("ring: the ring was rewritten since it was last read: "),
+        "{err}"
+    );
+    assert_eq!(follower.refused(), Some(err.as_str()));
+    assert_eq!(follower.counts().records, 1);
+}
+
+#[test]
 fn a_ring_rewritten_under_its_follower_is_read_no_more_and_what_was_read_is_written_readable() {
     // max_string (offset 88) lowered under the Strings read, or table_used
     // (offset 384) down to the first entry: the trace file written holds

@@ -9,7 +9,7 @@
 mod ring_support;
 
 use ring_support::{config, HeapRing};
-use stapsdt::ring::{format, parse, Arg, Record, Trace, Value};
+use stapsdt::ring::{format, parse, Arg, Record, Trace, Value, Window};
 use stapsdt::ArgType;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicBool;
@@ -132,6 +132,19 @@ fn read(ring: &HeapRing) -> Trace {
         .unwrap_or_else(|err| panic!("a snapshot that does not read back: {err}"))
 }
 
+/// A snapshot of the newest `most` records at most.
+fn read_newest(ring: &HeapRing, most: u64) -> Trace {
+    let window = Window {
+        since_ns: None,
+        max_records: Some(most),
+    };
+    let snapshot = ring.snapshot_within(window).unwrap();
+    let trace = parse(&snapshot.to_vec())
+        .unwrap_or_else(|err| panic!("a window that does not read back: {err}"));
+    assert!(trace.records.len() as u64 <= most);
+    trace
+}
+
 /// What the reader saw over all its copies: each sequence number always
 /// holding the same record, each record always at the same sequence number.
 #[derive(Default)]
@@ -189,7 +202,12 @@ fn writers_lapping_the_reader_never_show_it_a_torn_record() {
             loop {
                 // Once more after the writers are done.
                 let last = !writing.load(Acquire);
-                seen.take(&read(&ring), &probes);
+                // Whole copies and windows of the newest records, in turn.
+                let trace = match seen.copies % 2 {
+                    0 => read(&ring),
+                    _ => read_newest(&ring, 1 + seen.copies % 40),
+                };
+                seen.take(&trace, &probes);
                 if last {
                     return seen;
                 }

@@ -2,7 +2,8 @@
 //! must hold: every record written reads back equal (Strings cut at 1024
 //! bytes), a lapped flight-mode ring holds exactly the newest records that
 //! fit and counts the rest as lost, and a ring without overwrite drops
-//! exactly what does not fit before its reader consumes, and counts it.
+//! exactly what does not fit before its reader consumes, and counts it;
+//! a snapshot of a window holds exactly the newest records it names.
 //!
 //! `PROPTEST_CASES=n` runs more cases (under Miri, pass it through with
 //! `MIRIFLAGS=-Zmiri-env-forward=PROPTEST_CASES`). A failing case's seed is
@@ -17,7 +18,7 @@ use proptest::sample::{select, Index};
 use proptest::string::{string_regex, RegexGeneratorStrategy};
 use proptest_setup::config as proptest_config;
 use ring_support::{config, HeapRing};
-use stapsdt::ring::{format, parse, Arg, Context, Record, Trace, Value, MAX_STRING};
+use stapsdt::ring::{format, parse, Arg, Context, Record, Trace, Value, Window, MAX_STRING};
 use stapsdt::{ArgType, MAX_ARGS};
 
 /// Sizes for a debug build: a few seconds in all.
@@ -361,6 +362,55 @@ proptest! {
             model.record(&ring, &probes, decl)?;
         }
         model.check(&traces(&ring)?.0)?;
+    }
+
+    #[test]
+    fn a_window_holds_the_newest_records_back_to_the_first_it_leaves_out(
+        probes in prop::collection::vec(probe_decl(), 1..=5),
+        records in prop::collection::vec(record_decl(true), 0..=limits::LAPPING_RECORDS),
+        slot_count in select(vec![1u64, 2, 4, 8, 16, 32, 64]),
+        since in prop::option::of(any::<Index>()),
+        most in prop::option::of(0..=70u64),
+    ) {
+        let ring = HeapRing::new(&config(slot_count, true));
+        let probes = add_probes(&ring, probes);
+        let mut model = Model::new(slot_count, true);
+        for decl in &records {
+            model.record(&ring, &probes, decl)?;
+        }
+        let held = model.held();
+        // A time some record was made at, or none.
+        let since_ns = since.filter(|_| !model.written.is_empty())
+            .map(|index| model.written[index.index(model.written.len())].time_ns);
+        let window = Window { since_ns, max_records: most };
+        let mut kept: Vec<Record> = held
+            .iter()
+            .rev()
+            .enumerate()
+            .take_while(|(taken, record)| {
+                since_ns.is_none_or(|since| record.time_ns >= since) && most.is_none_or(|most| (*taken as u64) < most)
+            })
+            .map(|(_, record)| record.clone())
+            .collect();
+        kept.reverse();
+
+        let snapshot = ring.snapshot_within(window).map_err(|err| TestCaseError::fail(err.to_string()))?;
+        let bytes = snapshot.to_vec();
+        prop_assert_eq!(bytes.len() as u64, snapshot.len());
+        let trace = parse(&bytes).map_err(|err| TestCaseError::fail(err.to_string()))?;
+        prop_assert_eq!(&trace.records, &kept);
+        prop_assert_eq!(snapshot.records(), kept.len() as u64);
+        let left_out = kept.len() < held.len();
+        prop_assert_eq!(snapshot.is_whole(), !left_out);
+        if left_out {
+            // Sized to the window; what is left out is not lost, and what
+            // the ring dropped (a record larger than it) is the ring's count.
+            let slots: u64 = kept.iter().map(|record| record.slots).sum();
+            prop_assert_eq!(trace.header.slot_count, slots);
+            prop_assert_eq!(trace.lost(), model.dropped);
+        } else {
+            model.check(&trace)?;
+        }
     }
 
     #[test]

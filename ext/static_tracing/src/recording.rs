@@ -20,8 +20,9 @@
 //! any Ruby code runs in the child (see [`forget_inherited`]).
 
 use crate::trace_contexts;
-use stapsdt::ring::{Arg, Ring, RingConfig, DEFAULT_TABLE_CAPACITY, MAX_TABLE_CAPACITY};
+use stapsdt::ring::{Arg, Ring, RingConfig, Window, DEFAULT_TABLE_CAPACITY, MAX_TABLE_CAPACITY};
 use stapsdt::ring_file::{RingFile, RingFileError};
+use stapsdt::snapshot_file::{write_within_budget, Budget, Outcome};
 use stapsdt::trace_context::TraceContext;
 use std::fs::File;
 use std::io::{self, Write};
@@ -38,14 +39,28 @@ pub struct Recording {
     wake: Option<File>,
     /// Set by the first call over a threshold; taken by [`take_trigger`].
     triggered: AtomicBool,
-    /// The probe id and latency of the call that set `triggered`.
+    /// The probe id, latency and time (when it ended, on the ring's
+    /// clock) of the call that set `triggered`.
     trigger_probe: AtomicU32,
     trigger_latency: AtomicU64,
+    trigger_time: AtomicU64,
     /// The trace context that call was made in, if any.
     trigger_context: Mutex<Option<TraceContext>>,
     /// No trigger wakes anyone before this time (monotonic ns): at most
     /// one snapshot an interval.
     quiet_until: AtomicU64,
+}
+
+/// The call that fired a trigger, as [`Recording::take_trigger`] hands it
+/// over: what its snapshot's window and its line are made of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Trigger {
+    pub probe: u32,
+    pub latency_ns: u64,
+    /// When it ended, on the ring's clock.
+    pub time_ns: u64,
+    /// The trace context it was made in, if any.
+    pub context: Option<TraceContext>,
 }
 
 static CURRENT: AtomicPtr<Recording> = AtomicPtr::new(std::ptr::null_mut());
@@ -161,6 +176,7 @@ impl Target<'_> {
         recording
             .trigger_latency
             .store(latency as u64, Ordering::Relaxed);
+        recording.trigger_time.store(now, Ordering::Relaxed);
         if let Ok(mut context) = recording.trigger_context.lock() {
             *context = trace_contexts::current();
         }
@@ -237,6 +253,7 @@ pub fn install(prepared: Prepared) -> Result<(String, Option<String>), String> {
         triggered: AtomicBool::new(false),
         trigger_probe: AtomicU32::new(0),
         trigger_latency: AtomicU64::new(0),
+        trigger_time: AtomicU64::new(0),
         trigger_context: Mutex::new(None),
         quiet_until: AtomicU64::new(0),
     });
@@ -316,29 +333,48 @@ impl Recording {
     }
 
     /// Writes what the ring holds now as the new trace file `path` (see
-    /// `Ring::snapshot` and `stapsdt::snapshot_file::write_new`). Takes time
-    /// and memory in proportion to what the ring holds: call it with the
+    /// `Ring::snapshot_within` and `stapsdt::snapshot_file::write_snapshot`),
+    /// straight from its copy: a mapping of its own, handed back once
+    /// written, so that a dump leaves nothing behind in malloc's arenas.
+    /// Takes time in proportion to what the ring holds: call it with the
     /// GVL released.
     pub fn write_snapshot(&self, path: &Path) -> io::Result<()> {
-        stapsdt::snapshot_file::write_new(path, &self.ring().snapshot())
+        let snapshot = self.ring().snapshot_within(Window::WHOLE)?;
+        stapsdt::snapshot_file::write_snapshot(path, &snapshot)
     }
 
-    /// The probe id, latency and trace context of the call that fired a
-    /// trigger since the last call, if one did; no trigger fires again
-    /// before `quiet_until`.
-    pub fn take_trigger(&self, quiet_until: u64) -> Option<(u32, u64, Option<TraceContext>)> {
+    /// A trigger's snapshot: the records of `window` as the new file
+    /// `name` of `dir`, if the directory's budget has room for it (see
+    /// `stapsdt::snapshot_file::write_within_budget`). Takes time in
+    /// proportion to the window: call it with the GVL released.
+    pub fn write_trigger_snapshot(
+        &self,
+        dir: &Path,
+        name: &str,
+        window: Window,
+        budget: Budget,
+    ) -> io::Result<Outcome> {
+        write_within_budget(dir, name, budget, || self.ring().snapshot_within(window))
+    }
+
+    /// The call that fired a trigger since the last call, if one did: its
+    /// probe id, latency, time and trace context (see [`Trigger`]); no
+    /// trigger fires again before `quiet_until`.
+    pub fn take_trigger(&self, quiet_until: u64) -> Option<Trigger> {
         if !self.triggered.load(Ordering::Acquire) {
             return None;
         }
         self.quiet_until.store(quiet_until, Ordering::Relaxed);
-        let taken = (
-            self.trigger_probe.load(Ordering::Relaxed),
-            self.trigger_latency.load(Ordering::Relaxed),
-            self.trigger_context
+        let taken = Trigger {
+            probe: self.trigger_probe.load(Ordering::Relaxed),
+            latency_ns: self.trigger_latency.load(Ordering::Relaxed),
+            time_ns: self.trigger_time.load(Ordering::Relaxed),
+            context: self
+                .trigger_context
                 .lock()
                 .ok()
                 .and_then(|context| *context),
-        );
+        };
         self.triggered.store(false, Ordering::Release);
         Some(taken)
     }

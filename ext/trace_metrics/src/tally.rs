@@ -16,14 +16,18 @@
 //! it passes over counts as lost.
 //!
 //! What a tally keeps (the cursor, the counts and buckets) is plain
-//! numbers, kept here per answering process.
+//! numbers: [`Tally::state`] writes them as bytes and
+//! [`Tally::from_state`] reads them back, so that the workers of one
+//! server can share one tally of each ring.
 
 use stapsdt::ring::continuity::{Continuity, Next};
-use stapsdt::ring::scan::{self, FileId, Opened, Pass, ReadAt};
+use stapsdt::ring::scan::{self, FileId, Opened, Pass, ReadAt, ReadError};
 use stapsdt::ring::{Cursor, Lost, ProbeEntry, Record, TraceError, Value};
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 use trace_report::report::histogram::bucket_bits;
+
+mod state;
 
 /// Finite histogram buckets: durations below 1us, 2us, 4us... up to
 /// 2^25us (33.6s); longer ones count in `+Inf` only. The bounds of
@@ -192,6 +196,20 @@ impl Tally {
         self.scrape_at(source, monotonic_ns())
     }
 
+    /// The last read of a ring whose process exited: every record still
+    /// whole from where the last scrape stopped to the end, whether or
+    /// not the ones before it were committed (one its writer was killed
+    /// in the middle of is lost, the others are counted). Reads only; held
+    /// to the reads before as a scrape is.
+    pub fn finish(&mut self, source: &(impl ReadAt + ?Sized)) -> Result<u64, TraceError> {
+        self.guarded(|tally| {
+            tally.read_on(source, |cursor, opened, visit| {
+                let read = cursor.follow(opened, source, &mut *visit)?;
+                Ok(read + cursor.read_rest(opened, source, visit)?)
+            })
+        })
+    }
+
     /// [`Tally::scrape`] at `now_ns` on `CLOCK_MONOTONIC`.
     ///
     /// Each read must agree with the reads of the ring before it
@@ -203,16 +221,38 @@ impl Tally {
         source: &(impl ReadAt + ?Sized),
         now_ns: u64,
     ) -> Result<u64, TraceError> {
+        let grace_ns = u64::try_from(self.grace.as_nanos()).unwrap_or(u64::MAX);
+        self.guarded(|tally| {
+            tally.read_on(source, |cursor, opened, visit| {
+                cursor.follow_within(opened, source, now_ns, grace_ns, visit)
+            })
+        })
+    }
+
+    /// `read`, unless a read before never returned; marked as running
+    /// while it runs, so that one that never returns leaves the tally
+    /// refusing.
+    fn guarded(
+        &mut self,
+        read: impl FnOnce(&mut Tally) -> Result<u64, TraceError>,
+    ) -> Result<u64, TraceError> {
         if self.scraping {
             return Err(TraceError::Format(format!("{}: {BROKEN}", self.name)));
         }
         self.scraping = true;
-        let read = self.read_on(source, now_ns);
+        let read = read(self);
         self.scraping = false;
         read
     }
 
-    fn read_on(&mut self, source: &(impl ReadAt + ?Sized), now_ns: u64) -> Result<u64, TraceError> {
+    /// A read of the ring in `source` by `read` (which moves the cursor
+    /// and visits the records it takes), held to the reads before and
+    /// added to the tally.
+    fn read_on<S: ReadAt + ?Sized>(
+        &mut self,
+        source: &S,
+        read: impl FnOnce(&mut Cursor, &Opened, &mut dyn FnMut(Record, &[u8])) -> Result<u64, ReadError>,
+    ) -> Result<u64, TraceError> {
         let file = source.file_id().map_err(|err| self.error(err.into()))?;
         if let Some(ring) = &self.ring {
             if let (Some(refused), Some(_)) = (&ring.refused, file) {
@@ -236,12 +276,9 @@ impl Tally {
         }
         let mut ring = self.ring.take().expect("a ring was just set");
         let mut found = Found::new(&opened.probes);
-        let grace_ns = u64::try_from(self.grace.as_nanos()).unwrap_or(u64::MAX);
-        let read = ring
-            .cursor
-            .follow_within(&opened, source, now_ns, grace_ns, |record, _| {
-                found.take(&opened.probes, &record)
-            });
+        let read = read(&mut ring.cursor, &opened, &mut |record, _| {
+            found.take(&opened.probes, &record)
+        });
         let read = match read {
             Ok(read) => read,
             Err(err) => {
@@ -733,5 +770,40 @@ mod tests {
             format!("ring: {BROKEN}")
         );
         assert_eq!(calls(&tally), owned(&[("app:index", 10)]));
+    }
+
+    #[test]
+    fn finishing_a_dead_rings_reads_every_whole_record_past_one_its_writer_was_killed_in() {
+        let live = LiveRing::new(64, true);
+        let index = live.latency_probe("index");
+        let mut tally = Tally::new("ring");
+        live.latencies(index, &[1000; 5]);
+        assert_eq!(tally.scrape(&live).unwrap(), 5);
+        // Then 10 more, one of them never finished: its writer was killed.
+        live.latencies(index, &[1000; 10]);
+        live.stamp(8).store(0, Relaxed);
+        assert_eq!(tally.scrape(&live).unwrap(), 3);
+        assert_eq!(tally.finish(&live).unwrap(), 6);
+        assert_eq!(calls(&tally), owned(&[("app:index", 14)]));
+        assert_eq!(tally.lost().overwritten, 1);
+        assert_eq!(tally.position(), live.head());
+    }
+
+    #[test]
+    fn finishing_a_ring_rewritten_since_the_last_scrape_is_refused_and_counts_nothing_twice() {
+        let live = LiveRing::new(256, true);
+        let index = live.latency_probe("index");
+        let mut tally = Tally::new("ring");
+        live.latencies(index, &[1000; 20]);
+        assert_eq!(tally.scrape(&live).unwrap(), 20);
+        live.latencies(index, &[1000; 5]);
+        let err = with_word(&live, offset::RECORDS, 3, || tally.finish(&live)).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("its counter records went back from 20 to 3"),
+            "{err}"
+        );
+        assert!(tally.finish(&live).is_err());
+        assert_eq!(calls(&tally), owned(&[("app:index", 20)]));
     }
 }

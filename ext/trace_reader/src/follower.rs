@@ -23,6 +23,15 @@ impl Follower {
             .map_err(|err| trace_error(ruby, err))
     }
 
+    /// `Follower.from_now(ring, name)`: follows the ring from its head,
+    /// reading it only: the records made from now on, and only they are
+    /// counted (a flight ring another recording fills).
+    fn from_now(ruby: &Ruby, ring: Value, name: String) -> Result<Follower, Error> {
+        follow::Follower::from_now(&Source::of(ring)?, &name)
+            .map(|follower| Follower(RefCell::new(follower)))
+            .map_err(|err| trace_error(ruby, err))
+    }
+
     /// `poll(ring)`: reads what was committed since; how many records.
     fn poll(ruby: &Ruby, rb_self: &Self, ring: Value) -> Result<u64, Error> {
         rb_self
@@ -93,6 +102,7 @@ impl Follower {
 pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     let class = module.define_class("Follower", ruby.class_object())?;
     class.define_singleton_method("new", function!(Follower::new, 2))?;
+    class.define_singleton_method("from_now", function!(Follower::from_now, 2))?;
     class.define_method("poll", method!(Follower::poll, 1))?;
     class.define_method("finish", method!(Follower::finish, 1))?;
     class.define_method("counts", method!(Follower::counts, 0))?;

@@ -7,10 +7,11 @@
 //! rings) runs with the GVL released, on a descriptor of its own, so that
 //! no Ruby thread waits for it, and none can close what it reads.
 
-use crate::errors::trace_error;
+use crate::errors::{format_error, trace_error};
 use crate::sources::Source;
-use magnus::{prelude::*, Error, IntoValue, RArray, RModule, Ruby, Value};
+use magnus::{prelude::*, Error, IntoValue, RArray, RModule, RString, Ruby, Value};
 use ruby_glue::gvl;
+use stapsdt::ring::scan::ReadAt;
 use stapsdt::ring::TraceError;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use trace_metrics::tally::{self, BUCKETS};
@@ -37,6 +38,21 @@ impl Tally {
     /// `scrape(ring)`: reads the ring (see `Source::of`) from where the
     /// last scrape stopped to its cut; how many records it read.
     fn scrape(ruby: &Ruby, rb_self: &Self, ring: Value) -> Result<u64, Error> {
+        Self::read(ruby, rb_self, ring, |tally, source| tally.scrape(source))
+    }
+
+    /// `finish(ring)`: the last read of the ring of a process that exited,
+    /// to its end (see `trace_metrics::Tally::finish`); how many records.
+    fn finish(ruby: &Ruby, rb_self: &Self, ring: Value) -> Result<u64, Error> {
+        Self::read(ruby, rb_self, ring, |tally, source| tally.finish(source))
+    }
+
+    fn read(
+        ruby: &Ruby,
+        rb_self: &Self,
+        ring: Value,
+        read: impl Fn(&mut tally::Tally, &dyn ReadAt) -> Result<u64, TraceError> + Send + Sync,
+    ) -> Result<u64, Error> {
         let read = match Source::of(ring)? {
             Source::File(file) => {
                 // Read through a descriptor of its own: the caller's may be
@@ -50,12 +66,32 @@ impl Tally {
                         },
                     )
                 })?;
-                gvl::without_gvl(|| rb_self.lock().scrape(&own))
+                gvl::without_gvl(|| read(&mut rb_self.lock(), &own))
             }
             // Calls into Ruby: with the GVL.
-            source @ Source::Object(_) => rb_self.lock().scrape(&source),
+            source @ Source::Object(_) => read(&mut rb_self.lock(), &source),
         };
         read.map_err(|err| trace_error(ruby, err))
+    }
+
+    /// `state`: the tally as a binary String, for another process to go on
+    /// from (`Tally.from_state`), with what holds its reads of a ring to
+    /// the reads before (`trace_metrics::tally::Tally::state`).
+    fn state(ruby: &Ruby, rb_self: &Self) -> Result<RString, Error> {
+        let state = rb_self.lock().state();
+        state
+            .map(|bytes| ruby.str_from_slice(&bytes))
+            .map_err(|err| format_error(ruby, format!("the tally cannot be kept: {err}")))
+    }
+
+    /// `Tally.from_state(bytes)`: the tally `state` wrote; FormatError for
+    /// bytes that are not one.
+    fn from_state(ruby: &Ruby, bytes: RString) -> Result<Tally, Error> {
+        // SAFETY: the bytes are copied out before any Ruby code can run.
+        let bytes = unsafe { bytes.as_slice() }.to_vec();
+        tally::Tally::from_state(&bytes)
+            .map(|tally| Tally(Mutex::new(tally)))
+            .map_err(|err| format_error(ruby, format!("not a tally: {err}")))
     }
 
     /// Why the ring is read no more (it contradicted what the scrapes
@@ -127,7 +163,10 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     let class = module.define_class("Tally", ruby.class_object())?;
     class.define_singleton_method("new", function!(Tally::new, 1))?;
     class.define_singleton_method("exposition", function!(Tally::exposition, 1))?;
+    class.define_singleton_method("from_state", function!(Tally::from_state, 1))?;
+    class.define_method("state", method!(Tally::state, 0))?;
     class.define_method("scrape", method!(Tally::scrape, 1))?;
+    class.define_method("finish", method!(Tally::finish, 1))?;
     class.define_method("lost", method!(Tally::lost, 0))?;
     class.define_method("refused", method!(Tally::refused, 0))?;
     class.define_method("probe_list", method!(Tally::probes, 0))?;

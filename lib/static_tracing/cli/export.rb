@@ -28,6 +28,8 @@ module StaticTracing
                 or SIGTERM.
               TEXT
 
+      # How long the series of a process that exited stay, at their last counts.
+      DEFAULT_KEEP_EXITED = 60.0
       ADDRESS = /\A(?:\[(?<host>[^\]]+)\]|(?<host>[^:\[\]]*)):(?<port>\d{1,5})\z/
 
       private
@@ -37,6 +39,12 @@ module StaticTracing
         parser.on("--listen HOST:PORT", "Where to serve /metrics (127.0.0.1:9394, [::1]:9394, :9394)") do |address|
           @listen = address
         end
+        @keep_exited = DEFAULT_KEEP_EXITED
+        parser.on("--keep-exited SECONDS", "How long a process that exited keeps its series, at its last counts " \
+                                           "(default #{DEFAULT_KEEP_EXITED.to_i})") do |seconds|
+          @keep_exited = Float(seconds, exception: false)
+          raise UsageError, "--keep-exited takes seconds from 0, got #{seconds.inspect}" unless @keep_exited&.>=(0)
+        end
       end
 
       def execute(args)
@@ -44,7 +52,7 @@ module StaticTracing
         pids = pids(args)
         processes = nil
         server = MetricsServer.new(host, port) { processes.metrics }
-        processes = Processes.new(pids, err:)
+        processes = Processes.new(pids, err:, keep_exited: @keep_exited)
         server.run do
           err.puts("Serving metrics of #{processes.described} at http://#{server.address}/metrics (Ctrl-C to stop)")
           err.flush
@@ -81,8 +89,9 @@ module StaticTracing
       class Processes
         PROC = "/proc"
 
-        def initialize(pids, err:)
+        def initialize(pids, err:, keep_exited: DEFAULT_KEEP_EXITED)
           @err = err
+          @keep_exited = keep_exited
           @named = !pids.empty?
           @watched = {}
           # A named process is checked now, in one line: it records, and its
@@ -110,23 +119,42 @@ module StaticTracing
 
         private
 
+        # A process that exited is read to its end, through the ring it
+        # kept open (SIGKILLed or gone, unlinked or not), and its final
+        # counts served by this scrape; its series go at the next one.
         def drop_exited
-          @watched.select! do |pid, process|
-            next true if process.alive?
-
-            @err.puts("#{PROGRAM}: process #{pid} exited: its series are gone")
-            false
-          end
+          @watched.select! { |_pid, process| process.alive? || last_read(process) }
         end
 
         # Every process this user may read (any, as root), kept from one
         # scrape to the next while it runs: whether it records is asked
         # again at each scrape, its environment (where its state file is)
-        # is read once.
+        # is read once. One that exited is read to its end first.
         def discover
           running = candidates
-          @watched.select! { |pid, process| running[pid] == process.start_time }
+          @watched.select! { |pid, process| running[pid] == process.start_time || last_read(process) }
           running.each { |pid, start_time| @watched[pid] ||= Watched.found(pid, start_time) }
+        end
+
+        # True while its series stay: read to its end the first time, then
+        # served so for @keep_exited seconds, so that every Prometheus
+        # scraping it (an HA pair) sees its last counts; false for a
+        # process with no series.
+        def last_read(process)
+          unless process.tally && (!process.finished? || CLI.monotonic - process.finished_at < @keep_exited)
+            process.close
+            return false
+          end
+          return true if process.finished?
+
+          problem = process.finish
+          read = problem ? "its ring could not be read to its end: #{CLI.shown(problem)}" : "read its ring to its end"
+          @err.puts("#{PROGRAM}: process #{process.pid} exited: #{read}; its series go #{going}")
+          true
+        end
+
+        def going
+          @keep_exited.positive? ? "in #{format("%g", @keep_exited)}s (--keep-exited)" : "at the next scrape"
         end
 
         # pid => start time of every process in /proc this user may read.
@@ -186,6 +214,32 @@ module StaticTracing
           @state&.alive? || false
         end
 
+        def finished?
+          !@finished_at.nil?
+        end
+
+        # When it was read to its end (CLI.monotonic).
+        attr_reader :finished_at
+
+        # The last read of the ring of a process that exited, through the
+        # descriptor kept from the last scrape: to its end, records its
+        # writer was killed in the middle of passed over (lost). Returns
+        # why it could not, or nil.
+        def finish
+          @finished_at = CLI.monotonic
+          return unless @ring_file && @tally
+
+          @tally.finish(@ring_file.fileno)
+          nil
+        rescue Error, SystemCallError => e
+          e.message
+        end
+
+        def close
+          @ring_file&.close
+          @ring_file = nil
+        end
+
         # Reads its ring on; returns why it could not, or nil. +strict+
         # raises that instead, and also when it does not record. A process
         # whose state cannot be read now (it is exiting, say) is passed over.
@@ -215,13 +269,24 @@ module StaticTracing
           nil
         end
 
-        # Read only, as RingLocator opens a ring.
+        # Read only, as RingLocator opens a ring. Its descriptor is kept
+        # (a duplicate) for the process's last read: a ring a process
+        # removes as it exits stays readable through it.
         def read_ring(published, ring)
           RingLocator.open(@state, published) do |file|
             @tally ||= TraceFile.reader::Tally.new(ring)
+            keep(file)
             @tally.scrape(file.fileno)
           end
           nil
+        end
+
+        def keep(file)
+          same = @ring_file && File.identical?(@ring_file, file)
+          return if same
+
+          close
+          @ring_file = file.dup
         end
       end
     end

@@ -31,11 +31,14 @@ module StaticTracing
       attr_reader :recorder, :id, :reader, :ending, :status, :stop_failure
 
       # +recorder+: the process's ControlChannel; +id+: the recording to
-      # follow, which the command renews if +leased+.
-      def initialize(recorder, id, leased:)
+      # follow, which the command renews if +leased+. +borrowed+: another's
+      # (a flight recording), read from its head on without writing to it,
+      # and left running at the end.
+      def initialize(recorder, id, leased:, borrowed: false)
         @recorder = recorder
         @id = id
         @leased = leased
+        @borrowed = borrowed
         @status = recorder.recording
         @started = CLI.monotonic
         @renew_failure = nil
@@ -51,8 +54,8 @@ module StaticTracing
       # records read and lost so far on one line, as rbspy shows its own,
       # cleared at the end. Returns self.
       def follow(seconds: nil, interrupt: nil, opened: nil, progress: nil, signals: INTERRUPTS)
-        recorder.open_ring(write: true) do |ring|
-          @reader = TraceFile::RingReader.new(ring)
+        recorder.open_ring(write: !@borrowed) do |ring|
+          @reader = TraceFile::RingReader.new(ring, from_now: @borrowed)
           @progress = progress
           # The signals are trapped before the program is let go (+opened+):
           # one it gets as it starts (a terminal's Ctrl-C) is passed on.
@@ -61,7 +64,7 @@ module StaticTracing
             poll(seconds && (CLI.monotonic + seconds))
           end
           clear_progress
-          stop if %i[time interrupt refused].include?(ending.kind)
+          stop if %i[time interrupt refused].include?(ending.kind) && !@borrowed
           @finished = CLI.monotonic
           @status = final_status
           take_rest

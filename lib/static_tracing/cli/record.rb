@@ -8,6 +8,7 @@ require_relative "trace_file"
 require_relative "live_recording"
 require_relative "launched_command"
 require_relative "record_output"
+require_relative "flight_reading"
 
 module StaticTracing
   module CLI
@@ -19,6 +20,7 @@ module StaticTracing
     # a program recording from its start and follows it to its exit.
     class Record < Command
       include RecordOutput
+      include FlightReading
 
       command "record",
               arguments: "PID [PROBE-PATTERN...] [--seconds N] [-o FILE] [--wait-for-probes] [--flight [--size SIZE] " \
@@ -41,6 +43,8 @@ module StaticTracing
                 PID -o FILE writes what it holds. --dump-when 'my_controller:show > 250ms' has the process
                 write such a snapshot itself when a call is slower than that (flight mode), into
                 --dump-dir: a directory the process's user may write to, relative to here if relative.
+                While the process keeps a flight recording (STATIC_TRACING_RECORD, say), record PID
+                reads that ring from now on instead, for N seconds, and leaves it running.
 
                 With -- COMMAND ARGS... instead of a PID, starts COMMAND recording from its first probe
                 (STATIC_TRACING_RECORD) and follows it until it exits (or --seconds pass), then writes the
@@ -135,9 +139,10 @@ module StaticTracing
       def recording_settings(patterns)
         absolute_dump_dir
         settings = RecordingOptions.settings(probes: patterns, **@values)
-        trigger_only = @values.keys & %i[dump_dir dump_interval max_dumps]
+        trigger_only = @values.keys & RecordingOptions::SnapshotOptions::DEFAULTS.keys
         if settings.dump_when.nil? && !trigger_only.empty?
-          raise UsageError, "--dump-dir, --dump-interval and --max-dumps go with --dump-when"
+          raise UsageError, "--dump-dir, --dump-interval, --max-dumps, --max-dump-bytes, --dump-window and " \
+                            "--dump-records go with --dump-when"
         end
 
         if settings.flight && (@seconds || @output)
@@ -237,6 +242,9 @@ module StaticTracing
       end
 
       def record(recorder, settings)
+        running = recorder.recording
+        return read_flight(recorder, settings, running) if running
+
         id = SecureRandom.hex(8)
         output = OutputFile.check(@output || default_output(recorder.pid), replace: !@output.nil?)
         recorder.request("record", id:, lease: LEASE, **request_fields(settings))

@@ -176,9 +176,12 @@ module StaticTracing
       #   reader.take_rest
       #   reader.write(output)
       class RingReader
-        def initialize(io, name: io.respond_to?(:path) ? io.path : io.inspect)
+        # +from_now+: from the ring's head, reading only (a flight ring
+        # another recording fills): the records made from now on.
+        def initialize(io, name: io.respond_to?(:path) ? io.path : io.inspect, from_now: false)
           @io = TraceFile.source(io)
-          @follower = TraceFile.reader::Follower.new(@io, name)
+          follower = TraceFile.reader::Follower
+          @follower = from_now ? follower.from_now(@io, name) : follower.new(@io, name)
         end
 
         # How many records were committed since the last read; they are held.

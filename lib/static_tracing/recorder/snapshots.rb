@@ -11,32 +11,54 @@ module StaticTracing
       module_function
 
       # Writes the snapshot a trigger asked for: +probe_id+'s call took
-      # +latency+ ns, in the trace +trace_id+ (hex; nil outside any trace
-      # context), which the line names. After max_dumps of them the triggers are taken away.
-      # Says what it wrote on stderr, where an operator sees it; a snapshot
-      # that cannot be written is said too, and recording goes on. Called
-      # without the lock: the ring is copied while the process goes on.
-      def after_trigger(recording, probe_id, latency, trace_id = nil)
+      # +latency+ ns and ended at +time_ns+ (StaticTracing.nsec's clock,
+      # the ring's), in the trace +trace_id+ (hex; nil outside any trace
+      # context), which the line names. It holds that call and the records
+      # made in the dump_window seconds before it began (dump_records at
+      # most, the newest), if the dump directory's budget (max_dumps files
+      # and max_dump_bytes bytes of trace files, whoever wrote them) has
+      # room for it: past it, the oldest are kept, and it says why there is
+      # none. Says what it wrote on stderr, where an operator sees it; a
+      # snapshot that cannot be written is said too, and recording goes on.
+      # Called without the lock: the ring is copied while the process goes on.
+      def after_trigger(recording, probe_id, latency, time_ns, trace_id = nil)
         settings = recording.settings
         tracepoint = recording.armed.key(probe_id)
-        path = write(File.join(directory(settings), file_name(recording, tracepoint)))
-        last = STATE_LOCK.synchronize { count(recording, path) }
-        took = "#{label(tracepoint)} took #{Durations.format(latency)}#{" (trace #{trace_id})" if trace_id}"
-        warn("static_tracing: #{took} (#{settings.dump_when}): " \
-             "wrote #{path}#{"; that is the last of the #{settings.max_dumps} snapshots allowed" if last}")
+        dir = directory(settings)
+        name = file_name(recording, tracepoint)
+        written, *counts = Native.recorder_trigger_dump(dir, name, window_start(settings, latency, time_ns),
+                                                        settings.dump_records, settings.max_dumps,
+                                                        settings.max_dump_bytes)
+        call = slow_call(tracepoint, latency, trace_id)
+        return over_budget(settings, call, dir, counts) unless written
+
+        path = File.join(dir, name)
+        STATE_LOCK.synchronize { count(recording, path) }
+        warn("static_tracing: #{call} (#{settings.dump_when}): wrote #{path}")
       rescue SystemCallError, StaticTracing::Error => e
         warn("static_tracing: could not write the snapshot #{label(tracepoint)} asked for: #{e.message}")
       end
 
-      # Counts +path+ among +recording+'s snapshots; true for the last one
-      # allowed, after which its triggers are taken away (unless it was
-      # stopped while the snapshot was written: then they went with it).
+      # The first time a snapshot's window holds: dump_window seconds
+      # before the slow call began.
+      def window_start(settings, latency, time_ns)
+        [time_ns - latency - (settings.dump_window * 1e9).to_i, 0].max
+      end
+
+      # Counts +path+ among +recording+'s snapshots.
       def count(recording, path)
         recording.dumps << path
-        last = recording.dumps.size >= recording.settings.max_dumps
-        recording.armed.each_key { |each| Native.recorder_trigger(each, nil) } if last && Recorder.running?(recording)
         State.publish
-        last
+      end
+
+      # The directory's budget had no room: said each time (at most once a
+      # dump_interval), as a snapshot written is; the triggers stay, and a
+      # budget freed by moving files away is used again.
+      def over_budget(settings, slow_call, dir, (files, bytes))
+        warn("static_tracing: #{slow_call} (#{settings.dump_when}): " \
+             "no snapshot: #{dir} holds #{files} trace files of #{bytes} bytes, its budget is " \
+             "#{settings.max_dumps} files and #{settings.max_dump_bytes} bytes (--max-dumps, --max-dump-bytes); " \
+             "the oldest are kept: move them away for new ones")
       end
 
       # +settings+ with their dump directory made absolute (the process's
@@ -75,6 +97,12 @@ module StaticTracing
       def file_name(recording, tracepoint)
         [Process.pid, tracepoint&.provider&.name, tracepoint&.name, Time.now.utc.strftime("%Y%m%dT%H%M%S"),
          recording.dumps.size + 1].compact.join("-") << ".trace"
+      end
+
+      # What a trigger's line says of the slow call: its probe, how long it
+      # took and, made in a trace context, its trace.
+      def slow_call(tracepoint, latency, trace_id)
+        "#{label(tracepoint)} took #{Durations.format(latency)}#{" (trace #{trace_id})" if trace_id}"
       end
 
       def label(tracepoint)

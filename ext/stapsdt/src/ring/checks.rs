@@ -488,16 +488,25 @@ impl Slots<'_> {
         )
     }
 
-    /// Which positions hold a slot of a valid record: what a snapshot keeps.
+    /// Which slots of `area` (by their index there) hold a slot of a
+    /// valid record whose first slot is in it too: what a snapshot keeps.
+    /// Only the area's slots are walked, from its oldest.
     pub(super) fn kept(&self) -> Vec<bool> {
-        let mut kept = vec![false; self.slot_count as usize];
+        let slot_size = SLOT_SIZE as usize;
+        let area_slots = (self.area.len() / slot_size) as u64;
+        let mut kept = vec![false; area_slots as usize];
+        // The index (from the oldest position, head's) of the area's first slot.
+        let start = (self.window + self.slot_count - self.head % self.slot_count) % self.slot_count;
+        let end = start + area_slots.min(self.slot_count);
         let mut payload = Vec::new();
-        let mut index = 0;
-        while index < self.slot_count {
+        let mut index = start;
+        while index < end {
             match self.step(index, &mut payload, None) {
                 Step::Record(found) => {
                     for slot in 0..found.slots {
-                        kept[((found.position + slot) % self.slot_count) as usize] = true;
+                        if let Some(at) = self.at((found.position + slot) % self.slot_count) {
+                            kept[at / slot_size] = true;
+                        }
                     }
                     index += found.slots;
                 }

@@ -17,8 +17,8 @@
 //! inode where the source has them; else by its process and the time it
 //! was made, which its header's anchors say.
 
-use super::checks::FormatError;
-use super::format::{Counters, Header, ProbeEntry, SEQUENCE_BITS};
+use super::checks::{self, FormatError};
+use super::format::{Counters, Entry, EntryError, Header, ProbeEntry, HEADER_SIZE, SEQUENCE_BITS};
 use super::scan::{FileId, Opened};
 
 /// More slots than a writer reserves between two reads (at a slot a
@@ -66,6 +66,51 @@ impl Continuity {
     /// read found, in the order the table holds them.
     pub fn probes(&self) -> &[ProbeEntry] {
         &self.probes
+    }
+
+    /// What the reads found, as a ring holds it: its header with the
+    /// counters last read ([`HEADER_SIZE`] bytes), then its probe table;
+    /// for a reader that hands its reads on to another (the tally the
+    /// workers of one server share). [`Continuity::decode`] reads it back.
+    /// The file is not in it: it is the caller's to keep.
+    pub fn encode(&self) -> Result<Vec<u8>, EntryError> {
+        let mut bytes = vec![0; HEADER_SIZE as usize];
+        self.header.encode(&mut bytes);
+        self.counters.encode(&mut bytes);
+        for probe in &self.probes {
+            let entry = Entry {
+                provider: &probe.provider,
+                probe: &probe.name,
+                types: &probe.types,
+                latency_arg: probe.latency_arg,
+                stack_arg: probe.stack_arg,
+            };
+            bytes.extend_from_slice(entry.encode()?.as_bytes());
+        }
+        Ok(bytes)
+    }
+
+    /// What [`Continuity::encode`] wrote, of the ring in `file`: checked
+    /// as a ring's header and table are, since the bytes were kept where
+    /// others could write them.
+    pub fn decode(bytes: &[u8], file: Option<FileId>) -> Result<Continuity, FormatError> {
+        let split = (HEADER_SIZE as usize).min(bytes.len());
+        let (head, table) = bytes.split_at(split);
+        let header = checks::header(head, u64::MAX)?;
+        let counters = checks::counters(head, &header)?;
+        if counters.table_used as usize != table.len() {
+            return Err(FormatError::file(format!(
+                "a continuity of {} table bytes, its table_used says {}",
+                table.len(),
+                counters.table_used
+            )));
+        }
+        Ok(Continuity {
+            file,
+            header,
+            probes: checks::table(table)?,
+            counters,
+        })
     }
 
     /// Whether `opened`, read from `file`, is the same ring read later or
@@ -153,7 +198,8 @@ fn made_together(one: &Header, other: &Header) -> bool {
 
 /// The first header field that differs, as a message.
 fn header_change(before: &Header, now: &Header) -> String {
-    let fields: [(&str, i128, i128); 9] = [
+    let fields: [(&str, i128, i128); 10] = [
+        ("version", before.version.into(), now.version.into()),
         (
             "anchor_monotonic_ns",
             before.anchor_monotonic_ns.into(),

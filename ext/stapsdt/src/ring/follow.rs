@@ -9,7 +9,7 @@
 //! writer does not wait: what it overwrote before a read is lost.
 
 use super::continuity::Continuity;
-use super::cursor::Cursor;
+use super::cursor::{Cursor, Lost};
 use super::format::{offset, ProbeEntry, Slot, SLOT_SIZE};
 use super::live_threads::live_names;
 use super::scan::{self, Opened, Pass, ReadAt, TraceError};
@@ -47,6 +47,10 @@ pub struct Follower {
     thread_names: BTreeMap<u32, String>,
     /// Where the process is in this `/proc`, once looked for.
     process: Option<Option<u64>>,
+    /// What the ring had reserved and dropped before the follower began,
+    /// when it began at the ring's head ([`Follower::from_now`]): not its
+    /// records, and none of them lost.
+    before: Lost,
 }
 
 /// What a follower or a dump read, as the command reports it.
@@ -75,6 +79,58 @@ impl Follower {
             held: Held::default(),
             thread_names: BTreeMap::new(),
             process: None,
+            before: Lost::default(),
+        })
+    }
+
+    /// Starts following the ring `file` from its head: only records made
+    /// from now on are read, and only they are counted, read or lost (a
+    /// flight ring another recording fills, read for a while). Only reads.
+    ///
+    /// Where it starts is taken where two reads of the ring's counters in a
+    /// row agree (a few tries at most), so that a record being reserved as
+    /// it starts (its slots counted in `head` before it is counted in
+    /// `records`) is not taken for one of its own, lost.
+    ///
+    /// Each of those reads is held to the ones before (see
+    /// [`super::continuity`]), as every later read is: a ring rewritten
+    /// while it starts is refused.
+    pub fn from_now(file: &(impl RingSource + ?Sized), name: &str) -> Result<Follower, TraceError> {
+        let mut opened = open(file, name)?;
+        let mut continuity = Continuity::of(&opened, None);
+        for _ in 0..100 {
+            let again = open(file, name)?;
+            continuity
+                .agrees(&again)
+                .map_err(|err| TraceError::of(name, err.into()))?;
+            continuity.advance(&again);
+            let settled = again.counters.head == opened.counters.head
+                && again.counters.records == opened.counters.records;
+            opened = again;
+            if settled {
+                break;
+            }
+        }
+        let counters = &opened.counters;
+        let before = Lost {
+            dropped: counters.dropped,
+            overwritten: counters.records,
+        };
+        let cursor = Cursor {
+            position: counters.head,
+            lost: before,
+            ..Cursor::default()
+        };
+        Ok(Follower {
+            name: name.to_owned(),
+            cursor,
+            opened,
+            continuity,
+            refused: None,
+            held: Held::default(),
+            thread_names: BTreeMap::new(),
+            process: None,
+            before,
         })
     }
 
@@ -130,7 +186,14 @@ impl Follower {
     }
 
     pub fn counts(&self) -> Counts {
-        counts(&self.cursor)
+        let mut lost = self.cursor.lost;
+        lost.dropped = lost.dropped.saturating_sub(self.before.dropped);
+        lost.overwritten = lost.overwritten.saturating_sub(self.before.overwritten);
+        Counts {
+            records: self.cursor.read,
+            lost: lost.total(),
+            dropped: lost.dropped,
+        }
     }
 
     /// The sequence number of the next slot to read.
@@ -144,7 +207,13 @@ impl Follower {
 
     /// Writes what was read as a trace file.
     pub fn write(&self, out: &mut impl Write) -> io::Result<()> {
-        write(out, &self.opened, &self.held, &self.thread_names)
+        write(
+            out,
+            &self.opened,
+            self.before,
+            &self.held,
+            &self.thread_names,
+        )
     }
 
     /// Reads the names of the threads of the records held after the first
@@ -214,7 +283,7 @@ pub fn dump(
     let thread_names = live_names(&opened.header, &held.threads_after(0), &mut None)
         .into_iter()
         .collect();
-    write(out, &opened, &held, &thread_names).map_err(DumpError::Write)?;
+    write(out, &opened, Lost::default(), &held, &thread_names).map_err(DumpError::Write)?;
     Ok(counts(&cursor))
 }
 
@@ -243,9 +312,12 @@ fn counts(cursor: &Cursor) -> Counts {
     }
 }
 
+/// `before`: what the ring had reserved and dropped before the records
+/// read, none of which the trace file counts.
 fn write(
     out: &mut impl Write,
     opened: &Opened,
+    before: Lost,
     held: &Held,
     thread_names: &BTreeMap<u32, String>,
 ) -> io::Result<()> {
@@ -253,8 +325,8 @@ fn write(
     let origin = Origin {
         header: &opened.header,
         table: &table,
-        records_total: opened.counters.records,
-        dropped: opened.counters.dropped,
+        records_total: opened.counters.records.saturating_sub(before.overwritten),
+        dropped: opened.counters.dropped.saturating_sub(before.dropped),
     };
     trace_file::write(out, &origin, held, thread_names)
 }

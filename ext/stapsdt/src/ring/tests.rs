@@ -902,6 +902,135 @@ fn a_record_gets_the_context_its_tag_names_or_none_or_unknown() {
     drop(ring);
 }
 
+/// A windowed snapshot of `ring`, read back.
+fn snapshot_of(ring: &Ring, window: Window) -> Trace {
+    parse(&ring.snapshot_within(window).unwrap().to_vec()).unwrap()
+}
+
+/// The context each call of `trace` reads with, by thread.
+fn calls_by_thread(trace: &Trace) -> Vec<(u32, Context)> {
+    let calls = trace.records.iter().filter(|record| !record.is_context());
+    calls.map(|record| (record.tid, record.context)).collect()
+}
+
+#[test]
+fn a_window_that_starts_after_a_context_record_carries_the_context_in_force() {
+    let config = config(256, true);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let int = ring
+        .add_probe("app", "int", &[ArgType::Int64], Some(0), None)
+        .unwrap();
+    let (a, b, b_later, c) = (context(1, 2), context(3, 4), context(5, 6), context(7, 8));
+    // Thread 7 in context a; thread 8 in b, then in b_later (its context
+    // in force at the window's start, never b); thread 9 outside any;
+    // thread 10 in c, whose records all come before the window.
+    assert!(ring.record_context(1, Maker::new(7, 1), &a));
+    assert!(ring.record_context(2, Maker::new(8, 2), &b));
+    assert!(ring.record_integer_by(int, 3, Maker::new(8, 2), 1));
+    assert!(ring.record_context(4, Maker::new(8, 3), &b_later));
+    assert!(ring.record_context(5, Maker::new(10, 4), &c));
+    assert!(ring.record_integer_by(int, 6, Maker::new(10, 4), 1));
+    for time in 10..100 {
+        let maker = match time % 3 {
+            0 => Maker::new(7, 1),
+            1 => Maker::new(8, 3),
+            _ => Maker::new(9, format::NO_CONTEXT),
+        };
+        assert!(ring.record_integer_by(int, time, maker, 1));
+    }
+    let context_of = |tid: u32| match tid {
+        7 => Context::Known(a),
+        8 => Context::Known(b_later),
+        _ => Context::None,
+    };
+    let whole = snapshot(&ring);
+    let windows = [
+        Window {
+            since_ns: Some(50),
+            max_records: None,
+        },
+        Window {
+            since_ns: None,
+            max_records: Some(10),
+        },
+    ];
+    for window in windows {
+        let trace = snapshot_of(&ring, window);
+        let calls = calls_by_thread(&trace);
+        assert!(calls.len() >= 9, "{window:?}: {calls:?}");
+        for (tid, context) in &calls {
+            assert_eq!(*context, context_of(*tid), "{window:?}: thread {tid}");
+        }
+        // The calls are the whole ring's newest, each read as there.
+        let newest = calls_by_thread(&whole).split_off(90 + 2 - calls.len());
+        assert_eq!(calls, newest, "{window:?}");
+        // Carried: one context record for each of threads 7 and 8, before
+        // the window's calls; none of thread 10, whose calls it left out.
+        let carried: Vec<_> = trace
+            .records
+            .iter()
+            .take_while(|record| record.is_context())
+            .map(|record| (record.tid, record.context))
+            .collect();
+        assert_eq!(
+            carried,
+            [(7, Context::Known(a)), (8, Context::Known(b_later))],
+            "{window:?}"
+        );
+        assert_eq!(trace.records.iter().filter(|r| r.is_context()).count(), 2);
+        assert_eq!(trace.lost(), 0, "{window:?}");
+    }
+    drop(ring);
+}
+
+#[test]
+fn a_window_carries_a_context_record_older_than_a_round_of_its_copy() {
+    // More slots than one round of the copy (2^14) between the context
+    // record and the window: the copy reaches back for it.
+    let config = config(1 << 15, true);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let int = ring
+        .add_probe("app", "int", &[ArgType::Int64], Some(0), None)
+        .unwrap();
+    let a = context(1, 2);
+    assert!(ring.record_context(1, Maker::new(7, 1), &a));
+    for time in 2..30_000 {
+        assert!(ring.record_integer_by(int, time, Maker::new(7, 1), 1));
+    }
+    let window = Window {
+        since_ns: None,
+        max_records: Some(5),
+    };
+    let trace = snapshot_of(&ring, window);
+    assert_eq!(calls_by_thread(&trace), [(7, Context::Known(a)); 5]);
+    assert_eq!(trace.records.first().map(|r| r.is_context()), Some(true));
+    drop(ring);
+}
+
+#[test]
+fn a_window_whose_threads_context_record_was_overwritten_reads_unknown_as_the_ring_does() {
+    let config = config(64, true);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let int = ring
+        .add_probe("app", "int", &[ArgType::Int64], None, None)
+        .unwrap();
+    assert!(ring.record_context(1, Maker::new(7, 5), &context(1, 2)));
+    for time in 2..200 {
+        assert!(ring.record_integer_by(int, time, Maker::new(7, 5), 1));
+    }
+    let window = Window {
+        since_ns: Some(190),
+        max_records: None,
+    };
+    let trace = snapshot_of(&ring, window);
+    assert_eq!(calls_by_thread(&trace), [(7, Context::Unknown); 10]);
+    assert!(trace.records.iter().all(|record| !record.is_context()));
+    drop(ring);
+}
+
 #[test]
 fn a_record_whose_context_record_is_gone_is_unknown_never_an_older_context() {
     let config = config(16, true);
@@ -1137,6 +1266,41 @@ fn a_ring_rewritten_under_its_reader_is_refused_saying_what_changed() {
     );
     let other = Some(FileId { dev: 1, ino: 3 });
     assert_eq!(in_file.next(&opened(&moved), other).unwrap(), Next::Other);
+}
+
+#[test]
+fn a_continuity_keeps_its_rings_format_version_and_refuses_a_version_rewritten() {
+    use super::continuity::{Continuity, Next};
+    let config = config(16, true);
+    let memory = Memory::new(&config);
+    let ring = memory.ring(&config);
+    let int = ring
+        .add_probe("app", "int", &[ArgType::Int64], None, None)
+        .unwrap();
+    assert!(ring.record_context(1, Maker::new(7, 1), &context(1, 2)));
+    assert!(ring.record_integer_by(int, 2, Maker::new(7, 1), 5));
+    let version_2 = memory.bytes();
+    drop(ring);
+    // A version-1 writer's header (its records are not read here).
+    let mut version_1 = version_2.clone();
+    put_bytes(&mut version_1, offset::VERSION, &1u32.to_le_bytes());
+    let opened = |bytes: &[u8]| scan::open(bytes, scan::Pass::Live).unwrap();
+    for (bytes, version) in [(&version_2, 2), (&version_1, 1)] {
+        let seen = Continuity::of(&opened(bytes), None);
+        let again = Continuity::decode(&seen.encode().unwrap(), None).unwrap();
+        assert_eq!(again.encode().unwrap(), seen.encode().unwrap());
+        assert_eq!(again.next(&opened(bytes), None).unwrap(), Next::Same);
+        let header = checks::header(&again.encode().unwrap(), u64::MAX).unwrap();
+        assert_eq!(header.version, version);
+    }
+    let seen = Continuity::of(&opened(&version_2), None);
+    let err = seen.next(&opened(&version_1), None).unwrap_err();
+    assert!(
+        err.message()
+            .contains("its header field version changed from 2 to 1"),
+        "{}",
+        err.message()
+    );
 }
 
 /// A file read through, counting the bytes read.

@@ -10,7 +10,8 @@ use crate::recording::{self, NO_TRIGGER};
 use magnus::{Error, Ruby, Value};
 use ruby_glue::gvl::without_gvl;
 use stapsdt::ring::format::entry_size;
-use stapsdt::ring::RingConfig;
+use stapsdt::ring::{RingConfig, Window};
+use stapsdt::snapshot_file::{Budget, Outcome};
 use std::io;
 use std::os::fd::IntoRawFd;
 use std::path::PathBuf;
@@ -133,6 +134,42 @@ pub(super) fn dump(ruby: &Ruby, path: PathBuf) -> Result<(), Error> {
     })
 }
 
+/// `recorder_trigger_dump(dir, name, since_ns, max_records, max_files,
+/// max_bytes)`: a trigger's snapshot, the records made from `since_ns` on
+/// (the ring's clock) and `max_records` of them at most, as the new file
+/// `name` in `dir`, within the directory's budget of `max_files` trace
+/// files and `max_bytes` bytes. Returns `[true, bytes, records]` when
+/// written, `[false, files, bytes]` (what the directory holds) when the
+/// budget has no room for it. Copied and written with the GVL released.
+pub(super) fn trigger_dump(
+    ruby: &Ruby,
+    dir: PathBuf,
+    name: String,
+    since_ns: u64,
+    max_records: u64,
+    max_files: u64,
+    max_bytes: u64,
+) -> Result<(bool, u64, u64), Error> {
+    let recording = recording::current().ok_or_else(|| not_recording(ruby))?;
+    let window = Window {
+        since_ns: Some(since_ns),
+        max_records: Some(max_records),
+    };
+    let budget = Budget {
+        files: max_files,
+        bytes: max_bytes,
+    };
+    let path = dir.join(&name);
+    match without_gvl(|| recording.write_trigger_snapshot(&dir, &name, window, budget)) {
+        Ok(Outcome::Written { bytes, records }) => Ok((true, bytes, records)),
+        Ok(Outcome::OverBudget { files, bytes, .. }) => Ok((false, files, bytes)),
+        Err(err) => Err(recorder_error(
+            ruby,
+            format!("cannot write {}: {}", path.display(), write_reason(&err)),
+        )),
+    }
+}
+
 /// Why a snapshot could not be written, in the words a user acts on.
 fn write_reason(err: &io::Error) -> String {
     match err.raw_os_error() {
@@ -149,14 +186,17 @@ fn write_reason(err: &io::Error) -> String {
     }
 }
 
-/// `[probe_id, latency_ns, trace_id]` of the call that fired the trigger
-/// since the last call (its trace id in hex, nil outside any trace
-/// context), or nil; no trigger fires again before `quiet_until_ns`.
-pub(super) fn take_trigger(quiet_until_ns: u64) -> Option<(u32, u64, Option<String>)> {
+/// `[probe_id, latency_ns, time_ns, trace_id]` of the call that fired the
+/// trigger since the last call (its time: when it ended, on the ring's
+/// clock, that of `StaticTracing.nsec`; its trace id in hex, nil outside
+/// any trace context), or nil; no trigger fires again before
+/// `quiet_until_ns`.
+pub(super) fn take_trigger(quiet_until_ns: u64) -> Option<(u32, u64, u64, Option<String>)> {
     recording::with_current(|recording| recording.take_trigger(quiet_until_ns))
         .flatten()
-        .map(|(probe, latency, context)| {
-            (probe, latency, context.map(|context| context.trace_hex()))
+        .map(|trigger| {
+            let trace_id = trigger.context.map(|context| context.trace_hex());
+            (trigger.probe, trigger.latency_ns, trigger.time_ns, trace_id)
         })
 }
 
@@ -188,6 +228,7 @@ pub(super) fn define_natives(native: magnus::RModule) -> Result<(), Error> {
     native.define_singleton_method("recorder_disarm", function!(disarm, 1))?;
     native.define_singleton_method("recorder_trigger", function!(set_trigger, 2))?;
     native.define_singleton_method("recorder_dump", function!(dump, 1))?;
+    native.define_singleton_method("recorder_trigger_dump", function!(trigger_dump, 6))?;
     native.define_singleton_method("recorder_take_trigger", function!(take_trigger, 1))?;
     native.define_singleton_method("recorder_after_fork", function!(after_fork, 0))?;
     native.define_singleton_method("open_control", function!(open_control, 0))?;
