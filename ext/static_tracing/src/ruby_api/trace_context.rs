@@ -87,13 +87,6 @@ fn parse_ids(ruby: &Ruby, trace_id: Value, span_id: Value) -> Result<TraceContex
         .map_err(|err| argument_error(ruby, err.to_string()))
 }
 
-/// Puts the current fiber in `context`; the token that pops it.
-fn enter(context: TraceContext) -> u64 {
-    let token = trace_contexts::push(context);
-    internal_probes::trace_context(|| (context.trace_hex(), context.span_hex()));
-    token
-}
-
 /// The current fiber's context changed to `now`.
 fn fire_changed(now: Option<TraceContext>) {
     internal_probes::trace_context(|| {
@@ -116,11 +109,15 @@ fn with_trace_context(ruby: &Ruby, trace_id: Value, span_id: Value) -> Result<Va
             "with_trace_context needs a block (set_trace_context has none)".to_owned(),
         ));
     }
-    let token = enter(parse_ids(ruby, trace_id, span_id)?);
+    let context = parse_ids(ruby, trace_id, span_id)?;
+    // The block runs in this fiber, and returns to it.
+    let fiber = trace_contexts::current_fiber();
+    let token = trace_contexts::push_on(fiber, context);
+    fire_changed(Some(context));
     // SAFETY: yields to the block given to this method; whatever ends it
     // other than returning is caught by `protect` and returned here.
     let yielded = protect(|| unsafe { rb_sys::rb_yield(rb_sys::Qundef as VALUE) });
-    let left = match trace_contexts::pop(token, true) {
+    let left = match trace_contexts::pop_on(fiber, token, true) {
         Ok(now) => {
             fire_changed(now);
             Vec::new()
@@ -152,7 +149,9 @@ fn with_trace_context(ruby: &Ruby, trace_id: Value, span_id: Value) -> Result<Va
 /// fiber in the context until `clear_trace_context` is given what this
 /// returns, a TraceContext.
 fn set_trace_context(ruby: &Ruby, trace_id: Value, span_id: Value) -> Result<Value, Error> {
-    let token = enter(parse_ids(ruby, trace_id, span_id)?);
+    let context = parse_ids(ruby, trace_id, span_id)?;
+    let token = trace_contexts::push(context);
+    fire_changed(Some(context));
     Ok(context_object(
         trace_id.as_raw(),
         span_id.as_raw(),
