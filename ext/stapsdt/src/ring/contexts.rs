@@ -57,7 +57,51 @@ pub struct Contexts {
     threads: HashMap<u32, InForce>,
 }
 
+/// A thread's latest context record read, as a reader hands it on to one
+/// that goes on from it ([`Contexts::latest`], [`Contexts::from_latest`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Latest {
+    pub tid: u32,
+    /// The context record's sequence number and tag.
+    pub seq: u64,
+    pub tag: u32,
+    pub context: TraceContext,
+}
+
 impl Contexts {
+    /// Every thread's latest context record read, by thread id.
+    pub fn latest(&self) -> Vec<Latest> {
+        let mut latest: Vec<Latest> = self
+            .threads
+            .iter()
+            .map(|(&tid, in_force)| Latest {
+                tid,
+                seq: in_force.seq,
+                tag: in_force.tag,
+                context: in_force.context,
+            })
+            .collect();
+        latest.sort_unstable_by_key(|latest| latest.tid);
+        latest
+    }
+
+    /// Contexts that go on from `latest` (as [`Contexts::latest`] gave
+    /// them; of a thread given twice, the later one).
+    pub fn from_latest(latest: impl IntoIterator<Item = Latest>) -> Contexts {
+        let threads = latest
+            .into_iter()
+            .map(|latest| {
+                let in_force = InForce {
+                    seq: latest.seq,
+                    tag: latest.tag,
+                    context: latest.context,
+                };
+                (latest.tid, in_force)
+            })
+            .collect();
+        Contexts { threads }
+    }
+
     /// Takes `record` in, the next one read (in sequence order but for a
     /// record a writer left a lap behind): a context record becomes its
     /// thread's context in force (unless a later one was read), and any
