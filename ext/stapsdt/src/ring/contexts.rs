@@ -52,10 +52,22 @@ struct InForce {
 
 /// The context in force on each thread, as far as the records read so far
 /// tell.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct Contexts {
     threads: HashMap<u32, InForce>,
+    /// The thread looked up last, and its entry: a thread's records mostly
+    /// come one after another, and a look-up hashes with SipHash (thread
+    /// ids are the inspected process's to choose).
+    last: Option<(u32, InForce)>,
 }
+
+impl PartialEq for Contexts {
+    fn eq(&self, other: &Contexts) -> bool {
+        self.threads == other.threads
+    }
+}
+
+impl Eq for Contexts {}
 
 /// A thread's latest context record read, as a reader hands it on to one
 /// that goes on from it ([`Contexts::latest`], [`Contexts::from_latest`]).
@@ -99,7 +111,10 @@ impl Contexts {
                 (latest.tid, in_force)
             })
             .collect();
-        Contexts { threads }
+        Contexts {
+            threads,
+            last: None,
+        }
     }
 
     /// Takes `record` in, the next one read (in sequence order but for a
@@ -117,6 +132,7 @@ impl Contexts {
                         context,
                     };
                     self.threads.insert(record.tid, in_force);
+                    self.last = Some((record.tid, in_force));
                 }
             }
             return;
@@ -124,12 +140,23 @@ impl Contexts {
         record.context = match record.tag {
             NO_CONTEXT => Context::None,
             UNKNOWN_CONTEXT => Context::Unknown,
-            tag => match self.threads.get(&record.tid) {
+            tag => match self.in_force(record.tid) {
                 Some(latest) if latest.tag == tag && latest.seq < record.seq => {
                     Context::Known(latest.context)
                 }
                 _ => Context::Unknown,
             },
         };
+    }
+
+    fn in_force(&mut self, tid: u32) -> Option<InForce> {
+        match self.last {
+            Some((last, in_force)) if last == tid => Some(in_force),
+            _ => {
+                let in_force = *self.threads.get(&tid)?;
+                self.last = Some((tid, in_force));
+                Some(in_force)
+            }
+        }
     }
 }
