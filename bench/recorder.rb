@@ -41,7 +41,7 @@ module Bench
 
       @providers = []
       per_call_and_idle
-      [Ring, Contexts].each { |part| part.new(self).run }
+      [Ring, Contexts, Scraping].each { |part| part.new(self).run }
     ensure
       StaticTracing::Recorder.stop
       StaticTracing.disable!
@@ -268,3 +268,4 @@ require_relative "recorder/idle"
 require_relative "recorder/ring"
 require_relative "recorder/reading"
 require_relative "recorder/contexts"
+require_relative "recorder/scraping"

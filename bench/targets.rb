@@ -49,6 +49,10 @@ module Bench
     IN_CONTEXT = 1.05
     SET_CLEAR_NS = 100.0
     SET_CLEAR_RECORDING = 2.0
+    # A scrape served in OpenMetrics with exemplars, of calls in request
+    # contexts (bench/recorder/scraping.rb): at most this times one of the
+    # same calls outside any context, in the text format.
+    SCRAPE_EXEMPLARS = 1.2
     # A block probe with no tracer attached: at most this times a method
     # that yields (the same block), tracing on or off.
     BLOCK_OVER_YIELD = 2.0
@@ -194,6 +198,9 @@ module Bench
                                             "#{SET_CLEAR_RECORDING}") do
            [value(:recorder_contexts, "contexts.#{row}", :ratio), SET_CLEAR_RECORDING, "x nothing recording", nil]
          end
+       end,
+       target("recorder.scrape.exemplars", "a scrape with exemplars / without <= #{SCRAPE_EXEMPLARS}") do
+         [value(:recorder_scraping, Recorder::Scraping::WITH_EXEMPLARS, :ratio), SCRAPE_EXEMPLARS, "x", nil]
        end]
     end
 

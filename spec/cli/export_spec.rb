@@ -44,7 +44,7 @@ RSpec.describe "static-tracing export" do
       expect(tally.scrape(image.io)).to eq(1)
       expect(image.bytes).to eq(before)
 
-      families = parse(tally_class.exposition([[42, tally]]))
+      families = parse(tally_class.exposition([[42, tally]], nil).last)
       expect(families.keys).to eq(%w[static_tracing_probe_calls_total static_tracing_probe_latency_seconds
                                      static_tracing_lost_records_total static_tracing_ring_refused])
       expect(calls(families)).to eq(%w[42 index] => 4, %w[42 hits] => 1)
@@ -64,7 +64,7 @@ RSpec.describe "static-tracing export" do
       40.times { image.append(0, [1000]) }
       expect(tally.scrape(image.io)).to eq(16)
       expect(tally.lost).to eq([0, 40 - 16])
-      families = parse(tally_class.exposition([[7, tally]]))
+      families = parse(tally_class.exposition([[7, tally]], nil).last)
       expect(PrometheusText.values(families, "static_tracing_lost_records_total", by: [:reason]))
         .to eq(%w[dropped] => 0, %w[overwritten] => 24)
       expect(calls(families)).to eq(%w[7 index] => 19, %w[7 hits] => 0)
@@ -101,7 +101,7 @@ RSpec.describe "static-tracing export" do
     it "listens on every interface, IPv6 and IPv4, for :PORT" do
       skip "no IPv6 loopback here" unless Socket.ip_address_list.any?(&:ipv6_loopback?)
 
-      server = StaticTracing::CLI::MetricsServer.new(nil, 0) { "" }
+      server = StaticTracing::CLI::MetricsServer.new(nil, 0) { ["text/plain", ""] }
       port = Integer(server.address[/\d+\z/])
       expect(server.address).to eq("[::]:#{port}")
       %w[127.0.0.1 ::1].each do |host|
@@ -133,14 +133,15 @@ RSpec.describe "static-tracing export" do
       $stdout.sync = true
       puts "ready"
       while (line = $stdin.gets)
-        count, mark = line.split
-        Integer(count).times { SpecExport.new.work }
+        count, mark, trace_id, span_id = line.split
+        work = proc { Integer(count).times { SpecExport.new.work } }
+        trace_id ? StaticTracing.with_trace_context(trace_id, span_id, &work) : work.call
         puts "called #{mark}"
       end
     RUBY
 
     # A Ruby child that records from boot (STATIC_TRACING_RECORD=+record+)
-    # and calls SpecExport#work when told to.
+    # and calls SpecExport#work when told to, in a trace context if given.
     define_method(:worker_script) { worker }
 
     def recording_process(record = "--flight --size 64K")
@@ -148,9 +149,9 @@ RSpec.describe "static-tracing export" do
         .tap { |child| child.wait_for(/^ready$/) }
     end
 
-    def call_work(child, count)
+    def call_work(child, count, context = [])
       @marks = (@marks || 0) + 1
-      child.puts("#{count} #{@marks}")
+      child.puts([count, @marks, *context].join(" "))
       child.wait_for(/^called #{@marks}$/)
     end
 
@@ -161,8 +162,8 @@ RSpec.describe "static-tracing export" do
       command
     end
 
-    def get(path = "/metrics")
-      Net::HTTP.start(*@address.split(":"), open_timeout: 5, read_timeout: 10) { |http| http.get(path) }
+    def get(path = "/metrics", headers = {})
+      Net::HTTP.start(*@address.split(":"), open_timeout: 5, read_timeout: 10) { |http| http.get(path, headers) }
     end
 
     def scrape
@@ -191,6 +192,48 @@ RSpec.describe "static-tracing export" do
       call_work(first, 5)
       expect(calls(scrape)).to eq([first.pid.to_s, "work"] => 35, [second.pid.to_s, "work"] => 10)
       expect(calls(scrape)).to eq([first.pid.to_s, "work"] => 35, [second.pid.to_s, "work"] => 10)
+    end
+
+    # What Prometheus 2 sends (Prometheus 3 ranks the formats the same way).
+    prometheus_accept = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;" \
+                        "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+
+    it "serves OpenMetrics to a scraper that asks for it, each latency bucket with its latest call's trace" do
+      child = recording_process
+      trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+      span_id = "00f067aa0ba902b7"
+      started = Time.now.to_f
+      call_work(child, 5, [trace_id, span_id])
+      # Outside any context: counted, and never an exemplar.
+      call_work(child, 3)
+      start_export(child.pid)
+
+      response = get("/metrics", "Accept" => prometheus_accept)
+      expect(response["Content-Type"]).to eq("application/openmetrics-text; version=1.0.0; charset=utf-8")
+      families = PrometheusText.parse(response.body, open_metrics: true)
+      expect(calls(families)).to eq([child.pid.to_s, "work"] => 8)
+      expect(families.fetch("static_tracing_probe_latency_seconds").unit).to eq("seconds")
+      exemplars = PrometheusText.exemplars(families, "static_tracing_probe_latency_seconds_bucket", by: [:le])
+      expect(exemplars).not_to be_empty
+      bounds = PrometheusText.values(families, "static_tracing_probe_latency_seconds_bucket", by: [:le])
+                             .keys.map { |(le)| PrometheusText.number(le) }
+      exemplars.each do |(le), exemplar|
+        expect(exemplar.labels).to eq("trace_id" => trace_id, "span_id" => span_id)
+        upper = PrometheusText.number(le)
+        lower = bounds.select { |bound| bound < upper }.max || 0
+        # In the report's bucket: at least its lower bound, below its upper.
+        expect(exemplar.value).to be >= lower
+        expect(exemplar.value).to be < upper
+        expect(exemplar.timestamp).to be_between(started, Time.now.to_f)
+      end
+
+      # Any other scraper gets the text format, without exemplars.
+      [{}, { "Accept" => "text/plain;version=0.0.4" }].each do |headers|
+        response = get("/metrics", headers)
+        expect(response["Content-Type"]).to eq("text/plain; version=0.0.4; charset=utf-8")
+        expect(calls(parse(response.body))).to eq([child.pid.to_s, "work"] => 8)
+        expect(response.body).not_to include("trace_id")
+      end
     end
 
     it "counts what a ring lost, dropped or overwritten, exactly, and never writes to a ring" do

@@ -19,7 +19,7 @@ RSpec.describe "StaticTracing::Rack::Metrics", :subprocess do
     File.read("/proc/#{pid}/maps").include?(library)
   end
 
-  it "answers GET and HEAD, in the text format, and nothing else" do
+  it "answers GET and HEAD, in the text format or OpenMetrics as asked, and nothing else" do
     app = StaticTracing::Rack::Metrics.new
     status, headers, body = app.call("REQUEST_METHOD" => "GET")
     expect(status).to eq(200)
@@ -30,6 +30,13 @@ RSpec.describe "StaticTracing::Rack::Metrics", :subprocess do
                                                      static_tracing_probe_latency_seconds
                                                      static_tracing_lost_records_total
                                                      static_tracing_ring_refused])
+    status, headers, body = app.call("REQUEST_METHOD" => "GET",
+                                     "HTTP_ACCEPT" => "application/openmetrics-text;version=1.0.0,*/*;q=0.1")
+    expect([status, headers["content-type"]]).to eq([200, "application/openmetrics-text; version=1.0.0; charset=utf-8"])
+    expect(PrometheusText.parse(body.join, open_metrics: true).keys).to eq(%w[static_tracing_probe_calls
+                                                                              static_tracing_probe_latency_seconds
+                                                                              static_tracing_lost_records
+                                                                              static_tracing_ring_refused])
     expect(app.call("REQUEST_METHOD" => "HEAD")[2]).to eq([])
     refused = [405, { "content-type" => "text/plain", "allow" => "GET, HEAD" }, ["only GET and HEAD\n"]]
     expect(app.call("REQUEST_METHOD" => "POST")).to eq(refused)

@@ -50,7 +50,18 @@ module Lanes
     Entry.new(file: "spec/e2e/prometheus_spec.rb",
               why: "a Prometheus server scraping export over unicorn workers: the counts and histograms are the " \
                    "Rust reader's, the same under every Ruby, and Prometheus is installed for the main lane only; " \
-                   "export itself runs under every Ruby in spec/cli/export_spec.rb")
+                   "export itself runs under every Ruby in spec/cli/export_spec.rb"),
+    Entry.new(file: "spec/e2e/rack_metrics_spec.rb",
+              group: "StaticTracing::Rack::Metrics shows a real Prometheus no counter reset, and every call " \
+                     "served, as workers are killed",
+              why: "Prometheus is installed for the main lane only; the counters it reads are the shared " \
+                   "tally's, kept the same whichever worker answers under every Ruby by the example before it " \
+                   "(the same workers killed, each scrape checked in order)"),
+    Entry.new(file: "spec/e2e/exemplars_spec.rb",
+              why: "a Prometheus server keeping exemplars, installed for the main lane only; the exemplars are " \
+                   "written by the Rust reader, the same under every Ruby, and the trace contexts they carry are " \
+                   "recorded under every Ruby in spec/recorder/trace_contexts_spec.rb and served as OpenMetrics " \
+                   "in spec/cli/export_spec.rb")
   ].freeze
 
   # Tagged :ruby_independent, run by the matrix lane under its first Ruby

@@ -44,14 +44,15 @@ module E2E
   # many workers as asked for, on a free loopback port. +root+ and
   # +prefix+ run it from another copy of the gem, under another command:
   # root: E2E.portable_root, prefix: E2E::Unprivileged.command as another user.
+  # +config_ru+: a rackup file of the spec's own instead of the example's.
   class Unicorn < Child
     include UnicornApp
     include WebServer
 
-    def initialize(workers: 1, env: {}, root: ROOT, prefix: [])
+    def initialize(workers: 1, env: {}, root: ROOT, prefix: [], config_ru: nil)
       @port = E2E.free_port
       @workers = workers
-      config_ru = File.join(root, "examples", "unicorn", "config.ru")
+      config_ru ||= File.join(root, "examples", "unicorn", "config.ru")
       unicorn_env, *command = UnicornApp.command(config_ru, port: @port, workers:, root:)
       super(*prefix, *command, env: env.merge(unicorn_env), chdir: root)
       workers.times { |index| wait_for(/worker=#{index} ready/) }

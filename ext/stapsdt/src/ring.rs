@@ -57,7 +57,7 @@ pub mod trace_file;
 mod writer;
 
 pub use checks::{FormatError, Record, Trace};
-pub use contexts::{Context, Contexts};
+pub use contexts::{Context, Contexts, Latest};
 pub use cursor::{Cursor, Lost};
 pub use format::{Arg, Counters, Header, Maker, ProbeEntry, Slot, Value, MAX_STRING};
 pub use scan::{parse, TraceError};

@@ -6,7 +6,7 @@
 //! recorded, nothing counted is taken back, a refused ring's counts stay,
 //! and a ring that was never rewritten is counted whole.
 
-use crate::exposition;
+use crate::exposition::{exposition, Format};
 use crate::tally::Tally;
 use crate::testing::{calls, LiveRing};
 use proptest::prelude::*;
@@ -190,7 +190,7 @@ fn run(steps: &[Step]) -> Result<(), TestCaseError> {
         if let Err(err) = &read {
             prop_assert!(!err.to_string().is_empty());
         }
-        let text = exposition(&[(42, &tally)]);
+        let text = exposition(&[(42, &tally)], Format::Prometheus);
         let marked = text.contains("static_tracing_ring_refused{pid=\"42\"} ");
         prop_assert!(marked, "no refused gauge in {}", text);
         counted = now;

@@ -15,6 +15,13 @@
 //! scrape then takes every whole record from there to the cut, and what
 //! it passes over counts as lost.
 //!
+//! Each bucket of a latency histogram also keeps its exemplar: the latest
+//! call in it made in a known trace context (its trace and span ids, its
+//! duration, when it ended), which the OpenMetrics exposition serves so
+//! that a slow bucket on a dashboard leads to a request. The latest, not
+//! the slowest since the last scrape: it does not depend on how often, or
+//! by how many Prometheus servers, the tally is scraped.
+//!
 //! What a tally keeps (the cursor, the counts and buckets) is plain
 //! numbers: [`Tally::state`] writes them as bytes and
 //! [`Tally::from_state`] reads them back, so that the workers of one
@@ -22,7 +29,8 @@
 
 use stapsdt::ring::continuity::{Continuity, Next};
 use stapsdt::ring::scan::{self, FileId, Opened, Pass, ReadAt, ReadError};
-use stapsdt::ring::{Cursor, Lost, ProbeEntry, Record, TraceError, Value};
+use stapsdt::ring::{Context, Cursor, Header, Lost, ProbeEntry, Record, TraceError, Value};
+use stapsdt::trace_context::TraceContext;
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 use trace_report::report::histogram::bucket_bits;
@@ -40,6 +48,16 @@ pub const BUCKETS: usize = 26;
 /// next scrape passes it over.
 pub const GRACE: Duration = Duration::from_secs(1);
 
+/// A call that stands for its bucket: one made in a known trace context.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Exemplar {
+    pub context: TraceContext,
+    pub duration_ns: i64,
+    /// When its record was made (as the call ended), in nanoseconds since
+    /// the Unix epoch.
+    pub realtime_ns: i64,
+}
+
 /// Durations in power-of-two buckets, as Prometheus keeps a histogram.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Histogram {
@@ -48,6 +66,9 @@ pub struct Histogram {
     pub buckets: [u64; BUCKETS],
     pub count: u64,
     pub sum_ns: i128,
+    /// Each bucket's latest call made in a known trace context, and past
+    /// the last one (`+Inf`, at `BUCKETS`).
+    pub exemplars: [Option<Exemplar>; BUCKETS + 1],
 }
 
 impl Histogram {
@@ -59,12 +80,25 @@ impl Histogram {
         self.sum_ns += i128::from(nanoseconds);
     }
 
-    fn add(&mut self, other: &Histogram) {
-        for (mine, theirs) in self.buckets.iter_mut().zip(&other.buckets) {
+    /// Makes `exemplar`, a call observed after the bucket's exemplar so
+    /// far, its bucket's.
+    pub fn exemplify(&mut self, exemplar: Exemplar) {
+        let bucket = bucket_of(exemplar.duration_ns).unwrap_or(BUCKETS);
+        self.exemplars[bucket] = Some(exemplar);
+    }
+
+    /// Adds the calls of `later`, observed after these.
+    fn add(&mut self, later: &Histogram) {
+        for (mine, theirs) in self.buckets.iter_mut().zip(&later.buckets) {
             *mine += theirs;
         }
-        self.count += other.count;
-        self.sum_ns += other.sum_ns;
+        self.count += later.count;
+        self.sum_ns += later.sum_ns;
+        for (mine, theirs) in self.exemplars.iter_mut().zip(&later.exemplars) {
+            if theirs.is_some() {
+                *mine = *theirs;
+            }
+        }
     }
 }
 
@@ -128,7 +162,7 @@ impl Found {
         }
     }
 
-    fn take(&mut self, probes: &[ProbeEntry], record: &Record) {
+    fn take(&mut self, header: &Header, probes: &[ProbeEntry], record: &Record) {
         if record.is_context() {
             // Not a call: its thread's trace context changed.
             return;
@@ -139,6 +173,17 @@ impl Found {
             // The reader checked that a latency argument is an Integer.
             if let Some(&Value::Int(duration)) = record.args.get(usize::from(arg)) {
                 histogram.observe(duration);
+                if let Context::Known(context) = record.context {
+                    let realtime = header.realtime_ns(record.time_ns);
+                    // A hostile anchor may put it out of range: no exemplar.
+                    if let Ok(realtime_ns) = i64::try_from(realtime) {
+                        histogram.exemplify(Exemplar {
+                            context,
+                            duration_ns: duration,
+                            realtime_ns,
+                        });
+                    }
+                }
             }
         }
     }
@@ -277,7 +322,7 @@ impl Tally {
         let mut ring = self.ring.take().expect("a ring was just set");
         let mut found = Found::new(&opened.probes);
         let read = read(&mut ring.cursor, &opened, &mut |record, _| {
-            found.take(&opened.probes, &record)
+            found.take(&opened.header, &opened.probes, &record)
         });
         let read = match read {
             Ok(read) => read,
@@ -486,6 +531,68 @@ mod tests {
         assert_eq!(histogram.buckets[0], 4);
         assert_eq!(histogram.buckets[BUCKETS - 1], 1);
         assert_eq!(histogram.count, durations.len() as u64);
+    }
+
+    #[test]
+    fn keeps_each_buckets_latest_call_in_a_known_context_as_its_exemplar() {
+        use stapsdt::ring::format::UNKNOWN_CONTEXT;
+        use stapsdt::ring::Maker;
+        let live = LiveRing::new(256, true);
+        let index = live.latency_probe("index");
+        let (first, second, third) = (
+            TraceContext::new([1; 16], [1; 8]).unwrap(),
+            TraceContext::new([2; 16], [2; 8]).unwrap(),
+            TraceContext::new([3; 16], [3; 8]).unwrap(),
+        );
+        let mut tally = Tally::new("ring");
+        assert!(live.ring.record_context(10, Maker::new(7, 1), &first));
+        assert!(live
+            .ring
+            .record_integer_by(index, 11, Maker::new(7, 1), 500));
+        assert!(live
+            .ring
+            .record_integer_by(index, 12, Maker::new(7, 1), 1500));
+        assert!(live.ring.record_context(13, Maker::new(8, 2), &second));
+        assert!(live
+            .ring
+            .record_integer_by(index, 14, Maker::new(8, 2), 1600));
+        // Outside any context, and in one whose context record is not in
+        // the ring: calls counted, never an exemplar.
+        assert!(live.ring.record_integer(index, 15, 9, 1700));
+        assert!(live
+            .ring
+            .record_integer_by(index, 16, Maker::new(9, UNKNOWN_CONTEXT), 1800));
+        assert!(live
+            .ring
+            .record_integer_by(index, 17, Maker::new(9, 5), 40_000_000_000));
+        tally.scrape(&live).unwrap();
+        let exemplar = |tally: &Tally, bucket: usize| {
+            tally.probes()[0].latency.as_ref().unwrap().exemplars[bucket]
+                .map(|exemplar| (exemplar.context, exemplar.duration_ns, exemplar.realtime_ns))
+        };
+        let realtime = |monotonic: i64| 1_700_000_000_000_000_000 + monotonic;
+        assert_eq!(exemplar(&tally, 0), Some((first, 500, realtime(11))));
+        assert_eq!(exemplar(&tally, 1), Some((second, 1600, realtime(14))));
+        assert_eq!(exemplar(&tally, BUCKETS), None);
+        let known = tally.probes()[0].latency.as_ref().unwrap().exemplars;
+        assert_eq!(known.iter().flatten().count(), 2);
+
+        // A later call in a bucket takes its place; the others stay.
+        assert!(live.ring.record_context(20, Maker::new(7, 3), &third));
+        assert!(live
+            .ring
+            .record_integer_by(index, 21, Maker::new(7, 3), 1999));
+        assert!(live
+            .ring
+            .record_integer_by(index, 22, Maker::new(7, 3), 40_000_000_000));
+        tally.scrape(&live).unwrap();
+        assert_eq!(exemplar(&tally, 0), Some((first, 500, realtime(11))));
+        assert_eq!(exemplar(&tally, 1), Some((third, 1999, realtime(21))));
+        assert_eq!(
+            exemplar(&tally, BUCKETS),
+            Some((third, 40_000_000_000, realtime(22)))
+        );
+        assert_eq!(tally.probes()[0].calls, 8);
     }
 
     #[test]

@@ -139,9 +139,10 @@ impl Tally {
         Ok(list)
     }
 
-    /// `Tally.exposition([[pid, tally], ...])`: the Prometheus text format
-    /// of them all, each labelled with its pid.
-    fn exposition(rings: RArray) -> Result<String, Error> {
+    /// `Tally.exposition([[pid, tally], ...], accept)`: `[content_type,
+    /// text]`, the metrics of them all, each labelled with its pid, in the
+    /// format the scrape's `Accept` header (a String, or nil) asks for.
+    fn exposition(rings: RArray, accept: Option<String>) -> Result<(&'static str, String), Error> {
         let mut entries = Vec::with_capacity(rings.len());
         for entry in rings.into_iter() {
             let (pid, tally): (u64, magnus::typed_data::Obj<Tally>) =
@@ -155,14 +156,18 @@ impl Tally {
             .collect();
         let labelled: Vec<(u64, &tally::Tally)> =
             guards.iter().map(|(pid, tally)| (*pid, &**tally)).collect();
-        Ok(trace_metrics::exposition(&labelled))
+        let format = trace_metrics::Format::for_accept(accept.as_deref());
+        Ok((
+            format.content_type(),
+            trace_metrics::exposition(&labelled, format),
+        ))
     }
 }
 
 pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     let class = module.define_class("Tally", ruby.class_object())?;
     class.define_singleton_method("new", function!(Tally::new, 1))?;
-    class.define_singleton_method("exposition", function!(Tally::exposition, 1))?;
+    class.define_singleton_method("exposition", function!(Tally::exposition, 2))?;
     class.define_singleton_method("from_state", function!(Tally::from_state, 1))?;
     class.define_method("state", method!(Tally::state, 0))?;
     class.define_method("scrape", method!(Tally::scrape, 1))?;

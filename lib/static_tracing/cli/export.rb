@@ -51,7 +51,7 @@ module StaticTracing
         host, port = listen_address
         pids = pids(args)
         processes = nil
-        server = MetricsServer.new(host, port) { processes.metrics }
+        server = MetricsServer.new(host, port) { |accept| processes.metrics(accept) }
         processes = Processes.new(pids, err:, keep_exited: @keep_exited)
         server.run do
           err.puts("Serving metrics of #{processes.described} at http://#{server.address}/metrics (Ctrl-C to stop)")
@@ -106,15 +106,16 @@ module StaticTracing
           ::Process.euid.zero? ? "every process that records" : "every process of uid #{::Process.euid} that records"
         end
 
-        # The text of a scrape: every ring read on from where it was.
-        def metrics
+        # [content type, text] of a scrape: every ring read on from where it
+        # was, in the format the +accept+ header (a String, or nil) asks for.
+        def metrics(accept = nil)
           @named ? drop_exited : discover
           tallies = @watched.filter_map do |pid, process|
             problem = process.scrape
             warn_once(process, problem)
             [pid, process.tally] if process.tally
           end
-          TraceFile.reader::Tally.exposition(tallies)
+          TraceFile.reader::Tally.exposition(tallies, accept)
         end
 
         private

@@ -6,8 +6,9 @@ require "time"
 
 module StaticTracing
   module CLI
-    # A minimal HTTP/1.1 server of one page, /metrics, whose body the block
-    # makes at each request, one request at a time. A connection is served
+    # A minimal HTTP/1.1 server of one page, /metrics, whose content type
+    # and body the block makes at each request, one request at a time, from
+    # the request's Accept header (nil without one). A connection is served
     # on a thread of its own and closed after one answer; a request must
     # arrive whole within READ_TIMEOUT and in MAX_REQUEST bytes, and its
     # answer be taken within WRITE_TIMEOUT, so that no client can hold the
@@ -39,13 +40,13 @@ module StaticTracing
       end
 
       PATH = "/metrics"
-      CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
       MAX_REQUEST = 8192
       READ_TIMEOUT = 5.0
       WRITE_TIMEOUT = 10.0
       MAX_CONNECTIONS = 16
       LINGER = 1.0
       REQUEST_LINE = %r{\A(?<method>[A-Z]+) (?<target>\S+) HTTP/1\.[01]\r?\n}
+      ACCEPT = /^accept:[ \t]*(?<value>[^\r\n]*)/i
       REASONS = { 200 => "OK", 400 => "Bad Request", 404 => "Not Found", 405 => "Method Not Allowed",
                   408 => "Request Timeout", 431 => "Request Header Fields Too Large",
                   500 => "Internal Server Error", 503 => "Service Unavailable" }.freeze
@@ -156,8 +157,8 @@ module StaticTracing
         head = read_request(socket)
         return unless connection.answering
 
-        status, body = answer(head)
-        respond(socket, status, body)
+        status, body, type = answer(head)
+        respond(socket, status, body, type)
       rescue IOError
         nil # evicted: its socket was closed under the wait
       rescue StandardError => e
@@ -183,8 +184,8 @@ module StaticTracing
         socket.close
       end
 
-      # [status, body] for the request +head+ (its request line and
-      # headers), or for the status read_request returned.
+      # [status, body, content type] for the request +head+ (its request
+      # line and headers), or for the status read_request returned.
       def answer(head)
         return [head, "#{REASONS.fetch(head)}\n"] if head.is_a?(Integer)
 
@@ -193,8 +194,16 @@ module StaticTracing
         return [404, "not found: the metrics are at #{PATH}\n"] unless path == PATH
         return [405, "only GET and HEAD\n"] unless %w[GET HEAD].include?(request[:method])
 
-        body = @scrape.synchronize { @metrics.call }
-        [200, request[:method] == "HEAD" ? [body.bytesize] : body]
+        type, body = @scrape.synchronize { @metrics.call(accept_header(head)) }
+        [200, request[:method] == "HEAD" ? [body.bytesize] : body, type]
+      end
+
+      # The Accept header of the request +head+ (its values joined, as a
+      # header given twice means), or nil.
+      def accept_header(head)
+        headers = head.split(/\r?\n\r?\n/, 2).first.split(/\r?\n/).drop(1)
+        values = headers.filter_map { |line| ACCEPT.match(line)&.[](:value) }
+        values.join(",") unless values.empty?
       end
 
       # The request line and headers, or the status to answer with when
@@ -223,10 +232,10 @@ module StaticTracing
         431 if head.bytesize >= MAX_REQUEST
       end
 
-      def respond(socket, status, body)
+      def respond(socket, status, body, type = nil)
         length, body = body.is_a?(Array) ? [body.first, ""] : [body.bytesize, body]
         headers = ["HTTP/1.1 #{status} #{REASONS.fetch(status)}", "Date: #{Time.now.httpdate}",
-                   "Content-Type: #{status == 200 ? CONTENT_TYPE : "text/plain; charset=utf-8"}",
+                   "Content-Type: #{type || "text/plain; charset=utf-8"}",
                    "Content-Length: #{length}", "Connection: close"]
         headers << "Allow: GET, HEAD" if status == 405
         write(socket, "#{headers.join("\r\n")}\r\n\r\n#{body}")

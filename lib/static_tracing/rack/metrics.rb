@@ -31,6 +31,11 @@ module StaticTracing
     # StaticTracing.trace_reader) is loaded at the first scrape, not
     # before. A scrape reads with the GVL released.
     #
+    # A scraper that asks for OpenMetrics (Prometheus does) gets it, with
+    # an exemplar on each latency bucket: the trace id of the latest call
+    # in it made in a trace context (StaticTracing.with_trace_context, or a
+    # request's `traceparent` through StaticTracing::RackMiddleware).
+    #
     # The workers share their tallies (SharedTallies): each scrape goes on
     # from the last, whichever worker answered it. A worker that exits is
     # read to its end by a worker that holds its ring open (each keeps
@@ -38,7 +43,6 @@ module StaticTracing
     # +keep_exited+ seconds, so that every Prometheus scraping the server
     # (an HA pair) sees them, then go.
     class Metrics
-      CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
       # How long a worker that exited keeps its series, waiting for a
       # worker that holds its ring open to answer a scrape and read it to
       # its end, before it goes as it was.
@@ -69,22 +73,24 @@ module StaticTracing
           return [405, { "content-type" => "text/plain", "allow" => "GET, HEAD" }, ["only GET and HEAD\n"]]
         end
 
-        body = @lock.synchronize { metrics }
-        [200, { "content-type" => CONTENT_TYPE, "content-length" => body.bytesize.to_s },
+        type, body = @lock.synchronize { metrics(env["HTTP_ACCEPT"]) }
+        [200, { "content-type" => type, "content-length" => body.bytesize.to_s },
          method == "HEAD" ? [] : [body]]
       rescue SharedTallies::Busy => e
         [503, { "content-type" => "text/plain", "retry-after" => "1" }, ["#{e.message}\n"]]
       end
 
-      # The metrics text of every worker's ring, read on from the last scrape.
-      def metrics
+      # [content type, text]: the metrics of every worker's ring, read on
+      # from the last scrape, in the format the +accept+ header (a String,
+      # or nil) asks for.
+      def metrics(accept = nil)
         running = running_workers
         tallies.update do |workers|
           workers.select! { |pid, worker| running[pid] == worker.start_time || last_read(pid, worker) }
           running.each { |pid, start_time| scrape(workers, pid, start_time) }
           close_gone(workers)
           tallies = workers.sort.filter_map { |pid, worker| [pid, worker.ring_tally] if worker.ring_tally }
-          reader::Tally.exposition(tallies)
+          reader::Tally.exposition(tallies, accept)
         end
       end
 

@@ -52,12 +52,71 @@ struct InForce {
 
 /// The context in force on each thread, as far as the records read so far
 /// tell.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct Contexts {
     threads: HashMap<u32, InForce>,
+    /// The thread looked up last, and its entry: a thread's records mostly
+    /// come one after another, and a look-up hashes with SipHash (thread
+    /// ids are the inspected process's to choose).
+    last: Option<(u32, InForce)>,
+}
+
+impl PartialEq for Contexts {
+    fn eq(&self, other: &Contexts) -> bool {
+        self.threads == other.threads
+    }
+}
+
+impl Eq for Contexts {}
+
+/// A thread's latest context record read, as a reader hands it on to one
+/// that goes on from it ([`Contexts::latest`], [`Contexts::from_latest`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Latest {
+    pub tid: u32,
+    /// The context record's sequence number and tag.
+    pub seq: u64,
+    pub tag: u32,
+    pub context: TraceContext,
 }
 
 impl Contexts {
+    /// Every thread's latest context record read, by thread id.
+    pub fn latest(&self) -> Vec<Latest> {
+        let mut latest: Vec<Latest> = self
+            .threads
+            .iter()
+            .map(|(&tid, in_force)| Latest {
+                tid,
+                seq: in_force.seq,
+                tag: in_force.tag,
+                context: in_force.context,
+            })
+            .collect();
+        latest.sort_unstable_by_key(|latest| latest.tid);
+        latest
+    }
+
+    /// Contexts that go on from `latest` (as [`Contexts::latest`] gave
+    /// them; of a thread given twice, the later one).
+    pub fn from_latest(latest: impl IntoIterator<Item = Latest>) -> Contexts {
+        let threads = latest
+            .into_iter()
+            .map(|latest| {
+                let in_force = InForce {
+                    seq: latest.seq,
+                    tag: latest.tag,
+                    context: latest.context,
+                };
+                (latest.tid, in_force)
+            })
+            .collect();
+        Contexts {
+            threads,
+            last: None,
+        }
+    }
+
     /// Takes `record` in, the next one read (in sequence order but for a
     /// record a writer left a lap behind): a context record becomes its
     /// thread's context in force (unless a later one was read), and any
@@ -73,6 +132,7 @@ impl Contexts {
                         context,
                     };
                     self.threads.insert(record.tid, in_force);
+                    self.last = Some((record.tid, in_force));
                 }
             }
             return;
@@ -80,12 +140,23 @@ impl Contexts {
         record.context = match record.tag {
             NO_CONTEXT => Context::None,
             UNKNOWN_CONTEXT => Context::Unknown,
-            tag => match self.threads.get(&record.tid) {
+            tag => match self.in_force(record.tid) {
                 Some(latest) if latest.tag == tag && latest.seq < record.seq => {
                     Context::Known(latest.context)
                 }
                 _ => Context::Unknown,
             },
         };
+    }
+
+    fn in_force(&mut self, tid: u32) -> Option<InForce> {
+        match self.last {
+            Some((last, in_force)) if last == tid => Some(in_force),
+            _ => {
+                let in_force = *self.threads.get(&tid)?;
+                self.last = Some((tid, in_force));
+                Some(in_force)
+            }
+        }
     }
 }

@@ -87,6 +87,13 @@ impl Header {
         self.flags & COMPLETE != 0
     }
 
+    /// When a record stamped `monotonic_ns` was made, in nanoseconds since
+    /// the Unix epoch: the ring's anchor pairs the process's two clocks.
+    pub fn realtime_ns(&self, monotonic_ns: u64) -> i128 {
+        i128::from(self.anchor_realtime_ns) + i128::from(monotonic_ns)
+            - i128::from(self.anchor_monotonic_ns)
+    }
+
     /// Writes every field up to the counters into `out`, whose first
     /// `FIELDS_END` bytes it overwrites.
     pub fn encode(&self, out: &mut [u8]) {

@@ -5,20 +5,26 @@
 //! bytes that are not a tally this version wrote are refused, never
 //! trusted (a probe index out of range, a length past the end).
 //!
+//! Each bucket's exemplar is in it, and the trace context in force on each
+//! thread of the ring as far as the reads so far tell: a call read by the
+//! next worker, of a request whose context record the one before read, is
+//! known to be that request's.
+//!
 //! What holds each read of a ring to the reads before is in it too (the
 //! ring's continuity, why it was refused, the files of the rings read
 //! before, whether a scrape never returned): a worker that takes the
 //! tally on refuses what the one before refused, and counts nothing
 //! twice.
 
-use super::{Histogram, ProbeTally, RingRead, Tally, LEFT_FILES};
+use super::{Exemplar, Histogram, ProbeTally, RingRead, Tally, LEFT_FILES};
 use stapsdt::ring::continuity::Continuity;
 use stapsdt::ring::scan::FileId;
-use stapsdt::ring::{Cursor, Lost};
+use stapsdt::ring::{Contexts, Cursor, Latest, Lost};
+use stapsdt::trace_context::{TraceContext, SPAN_ID_LEN, TRACE_ID_LEN};
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
-const MAGIC: &[u8; 8] = b"STTALLY\x02";
+const MAGIC: &[u8; 8] = b"STTALLY\x03";
 
 impl Tally {
     /// The tally as bytes ([`Tally::from_state`] reads them back); an
@@ -42,6 +48,14 @@ impl Tally {
                 histogram.buckets.iter().for_each(|&count| out.u64(count));
                 out.u64(histogram.count);
                 out.0.extend_from_slice(&histogram.sum_ns.to_le_bytes());
+                for exemplar in &histogram.exemplars {
+                    out.flag(exemplar.is_some());
+                    if let Some(exemplar) = exemplar {
+                        out.context(&exemplar.context);
+                        out.u64(exemplar.duration_ns as u64);
+                        out.u64(exemplar.realtime_ns as u64);
+                    }
+                }
             }
         }
         out.flag(self.ring.is_some());
@@ -60,9 +74,6 @@ impl Tally {
             if let Some(refused) = &ring.refused {
                 out.text(refused);
             }
-            // Not the trace context in force on each thread, which the
-            // cursor keeps too: a tally counts calls, whatever context they
-            // were made in (and skips context records).
             let cursor = &ring.cursor;
             out.u64(cursor.position);
             out.u64(cursor.read);
@@ -73,6 +84,14 @@ impl Tally {
             out.u64(since);
             out.len(ring.probes.len());
             ring.probes.iter().for_each(|&index| out.u64(index as u64));
+            let latest = cursor.contexts.latest();
+            out.len(latest.len());
+            for thread in latest {
+                out.0.extend_from_slice(&thread.tid.to_le_bytes());
+                out.u64(thread.seq);
+                out.0.extend_from_slice(&thread.tag.to_le_bytes());
+                out.context(&thread.context);
+            }
         }
         Ok(out.0)
     }
@@ -111,6 +130,15 @@ impl Tally {
                 }
                 histogram.count = input.u64()?;
                 histogram.sum_ns = i128::from_le_bytes(input.take(16)?.try_into().unwrap());
+                for exemplar in histogram.exemplars.iter_mut() {
+                    if input.flag()? {
+                        *exemplar = Some(Exemplar {
+                            context: input.context()?,
+                            duration_ns: input.u64()? as i64,
+                            realtime_ns: input.u64()? as i64,
+                        });
+                    }
+                }
                 Some(histogram)
             } else {
                 None
@@ -157,6 +185,17 @@ impl Tally {
                 }
                 ring_probes.push(index as usize);
             }
+            let threads = input.len(4 + 8 + 4 + TRACE_ID_LEN + SPAN_ID_LEN)?;
+            let mut latest = Vec::with_capacity(threads);
+            for _ in 0..threads {
+                latest.push(Latest {
+                    tid: input.u32()?,
+                    seq: input.u64()?,
+                    tag: input.u32()?,
+                    context: input.context()?,
+                });
+            }
+            cursor.contexts = Contexts::from_latest(latest);
             if ring_probes.len() > continuity.probes().len() {
                 return Err(format!(
                     "{} probes read of a ring whose table has {}",
@@ -218,6 +257,11 @@ impl Out {
         self.u64(file.dev);
         self.u64(file.ino);
     }
+
+    fn context(&mut self, context: &TraceContext) {
+        self.0.extend_from_slice(context.trace_id());
+        self.0.extend_from_slice(context.span_id());
+    }
 }
 
 struct In<'a>(&'a [u8]);
@@ -234,6 +278,16 @@ impl<'a> In<'a> {
 
     fn u64(&mut self) -> Result<u64, String> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
+    }
+
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
+    }
+
+    fn context(&mut self) -> Result<TraceContext, String> {
+        let trace_id = self.take(TRACE_ID_LEN)?.try_into().unwrap();
+        let span_id = self.take(SPAN_ID_LEN)?.try_into().unwrap();
+        TraceContext::new(trace_id, span_id).ok_or_else(|| "a trace context of zero ids".into())
     }
 
     /// A count of items of at least `item` bytes each: no more than the
@@ -386,7 +440,6 @@ mod tests {
     #[test]
     fn a_tally_of_a_ring_with_trace_contexts_hands_on_its_calls_not_its_context_records() {
         use stapsdt::ring::Maker;
-        use stapsdt::trace_context::TraceContext;
         let live = LiveRing::new(64, true);
         let index = live.latency_probe("index");
         let context = TraceContext::new([1; 16], [2; 8]).unwrap();
@@ -411,12 +464,53 @@ mod tests {
     }
 
     #[test]
+    fn the_next_worker_knows_the_context_the_one_before_read_and_keeps_the_exemplars() {
+        use stapsdt::ring::Maker;
+        let live = LiveRing::new(64, true);
+        let index = live.latency_probe("index");
+        let (request, other) = (
+            TraceContext::new([4; 16], [5; 8]).unwrap(),
+            TraceContext::new([6; 16], [7; 8]).unwrap(),
+        );
+        let mut tally = Tally::new("ring");
+        assert!(live.ring.record_context(1, Maker::new(7, 1), &other));
+        assert!(live
+            .ring
+            .record_integer_by(index, 2, Maker::new(7, 1), 3000));
+        // The scrape ends between a request's context record and its call.
+        assert!(live.ring.record_context(3, Maker::new(8, 2), &request));
+        assert_eq!(tally.scrape(&live).unwrap(), 3);
+        let mut next = handed_on(&tally);
+        assert!(live
+            .ring
+            .record_integer_by(index, 4, Maker::new(8, 2), 900_000));
+        assert_eq!(next.scrape(&live).unwrap(), 1);
+        let exemplars = next.probes()[0].latency.as_ref().unwrap().exemplars;
+        let known: Vec<_> = exemplars
+            .iter()
+            .flatten()
+            .map(|exemplar| (exemplar.context, exemplar.duration_ns))
+            .collect();
+        assert_eq!(known, [(other, 3000), (request, 900_000)]);
+        assert_eq!(handed_on(&next).probes(), next.probes());
+    }
+
+    #[test]
     fn bytes_that_are_no_tally_are_refused_whatever_is_cut_or_changed() {
+        use stapsdt::ring::Maker;
         let live = LiveRing::new(64, true);
         let index = live.latency_probe("index");
         live.latencies(index, &[1000; 3]);
+        // An exemplar, and a context in force, in the bytes too.
+        let context = TraceContext::new([8; 16], [9; 8]).unwrap();
+        assert!(live.ring.record_context(5, Maker::new(7, 1), &context));
+        assert!(live
+            .ring
+            .record_integer_by(index, 6, Maker::new(7, 1), 2000));
         let mut tally = Tally::new("ring");
         tally.scrape(&live).unwrap();
+        let exemplars = tally.probes()[0].latency.as_ref().unwrap().exemplars;
+        assert_eq!(exemplars.iter().flatten().count(), 1);
         let state = tally.state().unwrap();
         for len in 0..state.len() {
             assert!(Tally::from_state(&state[..len]).is_err(), "cut at {len}");

@@ -71,8 +71,7 @@ fn span(traces: &[Trace], tallies: &[Tally]) -> String {
 
 /// Exact, whatever the anchors: a hostile file's must not wrap.
 pub(super) fn wall_time(trace: &Trace, monotonic_ns: u64) -> i128 {
-    i128::from(trace.header.anchor_realtime_ns) + i128::from(monotonic_ns)
-        - i128::from(trace.header.anchor_monotonic_ns)
+    trace.header.realtime_ns(monotonic_ns)
 }
 
 /// Records lost, by why: the writer dropped them (the ring was full, or
