@@ -44,7 +44,7 @@ module Bench
     RECORDED_FIRE_NS = 60.0
     # Trace contexts (bench/recorder/contexts.rb): a recorded call in a
     # context / one outside any; setting and clearing one while nothing
-    # records (ns); while recording, alone and around a recorded call, /
+    # records (ns; the block form and the set/clear pair); while recording, alone and around a recorded call, /
     # that.
     IN_CONTEXT = 1.05
     SET_CLEAR_NS = 100.0
@@ -186,10 +186,13 @@ module Bench
                                             "#{IN_CONTEXT}") do
          [value(:recorder_contexts, "contexts.fire_int_in_context", :ratio), IN_CONTEXT, "x outside", nil]
        end,
-       target("recorder.contexts.set_clear", "with_trace_context { } while nothing records <= " \
-                                             "#{SET_CLEAR_NS.to_i} ns") do
-         [value(:recorder_contexts, "contexts.set_clear_idle", :ns_per_call), SET_CLEAR_NS, "ns/call", nil]
-       end,
+       *{ "set_clear" => ["set_clear_idle", "with_trace_context { }"],
+          "set_clear_pair" => ["set_clear_pair_idle", "set_trace_context + clear_trace_context"] }
+         .map do |id, (row, what)|
+           target("recorder.contexts.#{id}", "#{what} while nothing records <= #{SET_CLEAR_NS.to_i} ns") do
+             [value(:recorder_contexts, "contexts.#{row}", :ns_per_call), SET_CLEAR_NS, "ns/call", nil]
+           end
+         end,
        *%w[set_clear_recording set_clear_around_fire].map do |row|
          target("recorder.contexts.#{row}", "#{row.tr("_", " ")} / set+clear while nothing records <= " \
                                             "#{SET_CLEAR_RECORDING}") do

@@ -103,6 +103,21 @@ RSpec.describe "Trace contexts" do
         .to raise_error(TypeError, /what set_trace_context returned/)
     end
 
+    it "returns from set_trace_context a frozen TraceContext of the ids, which only the gem makes" do
+      context = set_context(trace_id, span_id)
+      expect(context).to be_a(StaticTracing::TraceContext).and be_frozen
+      expect(context).to have_attributes(trace_id:, span_id:, to_s: "trace #{trace_id} span #{span_id}")
+      expect(StaticTracing.current_trace_context).to eq(context)
+      expect(StaticTracing.current_trace_context.token).to be_nil
+      expect { context.instance_variable_set(:@token, 1) }.to raise_error(FrozenError)
+      expect(context).not_to respond_to(:trace_id=)
+      expect { StaticTracing::TraceContext.new(trace_id, span_id, context.token) }.to raise_error(NoMethodError)
+      forged = Struct.new(:trace_id, :span_id, :token).new(trace_id, span_id, context.token)
+      expect { StaticTracing.clear_trace_context(forged) }
+        .to raise_error(TypeError, /what set_trace_context returned/)
+      expect(StaticTracing.current_trace_context).to eq(context)
+    end
+
     it "clears contexts a block left set inside it, and says so" do
       expect do
         StaticTracing.with_trace_context(trace_id, span_id) { set_context(other_trace, other_span) }

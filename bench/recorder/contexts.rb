@@ -4,15 +4,20 @@ module Bench
   class Recorder
     # W3C trace contexts (StaticTracing.with_trace_context): a recorded call
     # in a context next to the same call outside any, in the same rounds;
-    # setting and clearing a context while nothing records, then while a
-    # recording runs, alone and around a recorded call (whose first record
-    # in a new context writes the thread's context record).
+    # setting and clearing a context while nothing records (the block form,
+    # and the set/clear pair a middleware uses, beside a plain method that
+    # yields: the floor of any block form), then while a recording runs,
+    # alone and around a recorded call (whose first record in a new context
+    # writes the thread's context record).
     class Contexts
       PROVIDER = :bench_recorder_contexts
       PATTERNS = ["#{PROVIDER}:*".freeze].freeze
       TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
       SPAN_ID = "00f067aa0ba902b7"
       IN_CONTEXT = "fire(Integer) recorded, in a trace context"
+      IDLE = "with_trace_context { } (nothing records)"
+      PAIR = "set_trace_context + clear_trace_context (nothing records)"
+      YIELDS = "a method that yields { } (for scale)"
 
       def initialize(group)
         @group = group
@@ -22,7 +27,12 @@ module Bench
       end
 
       def run
-        idle = @group.time_loops([with_trace_context_loop("with_trace_context { } (nothing records)")])
+        idle = @group.time_loops(
+          [with_trace_context_loop(IDLE),
+           Loop.new(PAIR, "StaticTracing.clear_trace_context(StaticTracing.set_trace_context(trace_id, span_id))",
+                    trace_id: TRACE_ID, span_id: SPAN_ID),
+           Loop.new(YIELDS, "receiver.with_yield { }", receiver: Recorder.target_class.new)]
+        )
         StaticTracing::Recorder.start(probes: PATTERNS, flight: true)
         loops = [Loop.call("fire(Integer) recorded", @tracepoint, :fire, 42),
                  Loop.call(IN_CONTEXT, @tracepoint, :fire, 42),
@@ -56,18 +66,22 @@ module Bench
         table = @group.add_table(:recorder_contexts, "Trace contexts (median of #{@group.rounds} interleaved rounds)",
                                  measurement: "measurement", ns_per_call: ["ns/call", :d1],
                                  spread_ns: ["min..max", :r1], compared_with: "compared with", ratio: ["ratio", :x])
-        idle_label = "with_trace_context { } (nothing records)"
-        table.row(id: "contexts.set_clear_idle", measurement: idle_label, **idle.timing(idle_label))
+        idle_rows(table, idle)
         plain, in_context, set_clear, around_fire = recording_rows(recording)
         table.row(plain)
         table.row(in_context.merge(compared_with: plain[:measurement],
                                    ratio: recording.ratio(in_context[:measurement], plain[:measurement])))
-        table.row(set_clear.merge(compared_with: idle_label,
-                                  ratio: set_clear[:ns_per_call] / idle.median(idle_label)))
-        table.row(around_fire.merge(compared_with: "#{plain[:measurement]} + #{idle_label}",
-                                    ratio: (around_fire[:ns_per_call] - plain[:ns_per_call]) /
-                                           idle.median(idle_label)))
+        table.row(set_clear.merge(compared_with: IDLE, ratio: set_clear[:ns_per_call] / idle.median(IDLE)))
+        table.row(around_fire.merge(compared_with: "#{plain[:measurement]} + #{IDLE}",
+                                    ratio: (around_fire[:ns_per_call] - plain[:ns_per_call]) / idle.median(IDLE)))
         notes(table)
+      end
+
+      def idle_rows(table, idle)
+        { "contexts.set_clear_idle" => IDLE, "contexts.set_clear_pair_idle" => PAIR,
+          "contexts.yielding_method" => YIELDS }.each do |id, label|
+          table.row(id:, measurement: label, **idle.timing(label))
+        end
       end
 
       def recording_rows(recording)
@@ -79,7 +93,8 @@ module Bench
 
       def notes(table)
         table.note("targets: a recorded call in a context at most 1.05x one outside any (same rounds); setting " \
-                   "and clearing a context at most 100 ns while nothing records, at most 2x that while recording")
+                   "and clearing a context (either form) at most 100 ns while nothing records, at most 2x that " \
+                   "while recording; a method that yields is no target, but what any block form costs at least")
         table.note("the last row's ratio is what a context set and cleared around a recorded call adds to that " \
                    "call (its context record included), over set+clear while nothing records; the two phases " \
                    "(nothing recording, then one flight recording of #{PATTERNS.first}) are timed apart, as a " \

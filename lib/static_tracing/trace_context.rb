@@ -13,16 +13,15 @@ module StaticTracing
   # Contexts nest: clearing the inner one puts the outer one back. Each
   # fiber has its own, kept by the extension (which checks the nesting), so
   # a fiber switch never carries one fiber's context into another's records.
+  #
+  # Only the extension makes them, frozen: it defines this class, a Struct
+  # of trace_id, span_id and token, in ext/static_tracing/src/ruby_api/
+  # trace_context.rs (a request's set_trace_context makes one without a
+  # Ruby call). set_trace_context's carries the token that clears it,
+  # current_trace_context's none.
   class TraceContext
-    attr_reader :trace_id, :span_id, :token
-
-    # +token+: what the extension gave for it (nil for a context read back).
-    def initialize(trace_id, span_id, token = nil)
-      @trace_id = trace_id
-      @span_id = span_id
-      @token = token
-      freeze
-    end
+    private_class_method :new, :[], :allocate
+    undef_method :trace_id=, :span_id=, :token=, :[]=
 
     def to_s
       "trace #{trace_id} span #{span_id}"
@@ -64,62 +63,26 @@ module StaticTracing
     end
     private_class_method :open_telemetry_ids
 
-    class << self
-      # The current fiber's innermost context, or nil.
-      def current
-        ids = Native.trace_context_current
-        new(*ids) if ids
-      end
-
-      def set(trace_id, span_id)
-        new(trace_id, span_id, Native.trace_context_push(trace_id, span_id))
-      end
-
-      def clear(context)
-        unless context.is_a?(TraceContext) && context.token
-          raise TypeError, "clear_trace_context takes what set_trace_context returned, got #{context.inspect}"
-        end
-
-        problem, inner = Native.trace_context_pop(context.token, false)
-        raise TraceContextError, message(context, problem, inner) if problem
-
-        nil
-      end
-
-      private
-
-      def message(context, problem, inner)
-        case problem
-        when :other_thread, :other_fiber
-          where = problem == :other_thread ? "another thread" : "another fiber of this thread"
-          "the #{context} was set on #{where}: clear a context on the thread and fiber that set it"
-        when :popped then "the #{context} was cleared already"
-        when :inner
-          "the #{context} was cleared before the contexts set inside it, still set: #{inner.join(", ")}; " \
-          "clear those first"
-        end
-      end
-    end
+    # The current fiber's innermost context, or nil.
+    def self.current = Native.trace_context_current
   end
 
   class << self
-    # StaticTracing.with_trace_context(trace_id, span_id) { ... } is the
-    # extension's (one call, the block yielded from there): it runs the
+    # The extension's, each one native call, so that setting and clearing a
+    # context around a request costs no Ruby method between:
+    #
+    # StaticTracing.with_trace_context(trace_id, span_id) { ... } runs the
     # block in the W3C trace context of +trace_id+ (32 lowercase hex
     # digits) and +span_id+ (16), returning its value, then puts the context
     # before back, also when the block raises. Bad ids raise ArgumentError,
     # which says the form expected; contexts set inside and left set are
     # cleared too, and raise TraceContextError.
-
-    # Puts the current fiber in the context until clear_trace_context is
-    # given what this returns.
-    def set_trace_context(trace_id, span_id)
-      TraceContext.set(trace_id, span_id)
-    end
-
-    def clear_trace_context(context)
-      TraceContext.clear(context)
-    end
+    #
+    # StaticTracing.set_trace_context(trace_id, span_id) puts the current
+    # fiber in the context until StaticTracing.clear_trace_context is given
+    # the TraceContext it returned; a context cleared on another thread or
+    # fiber, twice, or before contexts set inside it raises
+    # TraceContextError and changes nothing.
 
     # The current fiber's innermost context, or nil.
     def current_trace_context

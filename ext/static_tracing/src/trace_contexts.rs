@@ -101,7 +101,8 @@ fn next_tag() -> u32 {
     CONTEXT_TAGS.start() + NEXT_TAG.fetch_add(1, Ordering::Relaxed) % span
 }
 
-fn current_fiber() -> VALUE {
+/// The fiber running on this thread.
+pub fn current_fiber() -> VALUE {
     // SAFETY: called with the GVL held (see the module docs); makes the
     // thread's root fiber object the first time, as Fiber.current does.
     unsafe { rb_sys::rb_fiber_current() }
@@ -167,7 +168,11 @@ pub enum PopError {
 /// its next record writes a context record first. Returns the token that
 /// pops it.
 pub fn push(context: TraceContext) -> u64 {
-    let fiber = current_fiber();
+    push_on(current_fiber(), context)
+}
+
+/// [`push`], given the current fiber.
+pub fn push_on(fiber: VALUE, context: TraceContext) -> u64 {
     THREAD.with(|thread| {
         let token = thread.token();
         let pushed = Pushed {
@@ -208,7 +213,11 @@ pub fn push(context: TraceContext) -> u64 {
 /// and still there are an error: popped too with `unwind`, else nothing
 /// changes.
 pub fn pop(token: u64, unwind: bool) -> Result<Option<TraceContext>, PopError> {
-    let fiber = current_fiber();
+    pop_on(current_fiber(), token, unwind)
+}
+
+/// [`pop`], given the current fiber.
+pub fn pop_on(fiber: VALUE, token: u64, unwind: bool) -> Result<Option<TraceContext>, PopError> {
     THREAD.with(|thread| {
         if token >> 32 != u64::from(thread.serial()) {
             return Err(PopError::OtherThread);
