@@ -459,7 +459,7 @@ fn monotonic_ns() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{calls, owned, LiveRing};
+    use crate::testing::{calls, owned, rings_read_in_turn, LiveRing};
     use stapsdt::ring::format::{first_stamp, offset};
     use stapsdt::ring::Arg;
     use std::sync::atomic::Ordering::Relaxed;
@@ -821,20 +821,13 @@ mod tests {
 
     #[test]
     fn a_ring_read_before_that_comes_back_is_refused() {
-        let first = LiveRing::made_at(64, true, 1);
-        let index = first.latency_probe("index");
-        first.latencies(index, &[1000; 10]);
-        let second = LiveRing::made_at(64, true, 2);
-        let again = second.latency_probe("index");
-        second.latencies(again, &[1000; 5]);
-        let mut tally = Tally::new("ring");
-        assert_eq!(tally.scrape(&first).unwrap(), 10);
-        assert_eq!(tally.scrape(&second).unwrap(), 5);
+        let (first, second, mut tally) = rings_read_in_turn();
         let err = tally.scrape(&first).unwrap_err();
         assert!(err.to_string().contains("it came back"), "{err}");
         assert_eq!(calls(&tally), owned(&[("app:index", 15)]));
         // The ring that replaced it is read on.
-        second.latencies(again, &[1000; 2]);
+        // Its probe 0 is app:index.
+        second.latencies(0, &[1000; 2]);
         assert_eq!(tally.scrape(&second).unwrap(), 2);
     }
 

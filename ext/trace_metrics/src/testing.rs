@@ -154,6 +154,21 @@ impl ReadAt for LiveRing {
     }
 }
 
+/// A process's ring and the one it replaced it with, each read once by a
+/// tally: 10 calls of `app:index` in the first, 5 in the second.
+pub fn rings_read_in_turn() -> (LiveRing, LiveRing, Tally) {
+    let first = LiveRing::made_at(64, true, 1);
+    let index = first.latency_probe("index");
+    first.latencies(index, &[1000; 10]);
+    let second = LiveRing::made_at(64, true, 2);
+    let again = second.latency_probe("index");
+    second.latencies(again, &[1000; 5]);
+    let mut tally = Tally::new("ring");
+    assert_eq!(tally.scrape(&first).unwrap(), 10);
+    assert_eq!(tally.scrape(&second).unwrap(), 5);
+    (first, second, tally)
+}
+
 pub fn calls(tally: &Tally) -> Vec<(String, u64)> {
     tally
         .probes()

@@ -18,7 +18,9 @@
 //! was made, which its header's anchors say.
 
 use super::checks::{self, FormatError};
-use super::format::{Counters, Entry, EntryError, Header, ProbeEntry, HEADER_SIZE, SEQUENCE_BITS};
+use super::format::{
+    encode_table, Counters, EntryError, Header, ProbeEntry, HEADER_SIZE, SEQUENCE_BITS,
+};
 use super::scan::{FileId, Opened};
 
 /// More slots than a writer reserves between two reads (at a slot a
@@ -77,16 +79,7 @@ impl Continuity {
         let mut bytes = vec![0; HEADER_SIZE as usize];
         self.header.encode(&mut bytes);
         self.counters.encode(&mut bytes);
-        for probe in &self.probes {
-            let entry = Entry {
-                provider: &probe.provider,
-                probe: &probe.name,
-                types: &probe.types,
-                latency_arg: probe.latency_arg,
-                stack_arg: probe.stack_arg,
-            };
-            bytes.extend_from_slice(entry.encode()?.as_bytes());
-        }
+        bytes.extend_from_slice(&encode_table(&self.probes)?);
         Ok(bytes)
     }
 

@@ -835,6 +835,23 @@ pub struct ProbeEntry {
     pub stack_arg: Option<u8>,
 }
 
+/// The probe table of `probes`, encoded as the writer encodes it: an
+/// error for an entry the writer would refuse.
+pub fn encode_table(probes: &[ProbeEntry]) -> Result<Vec<u8>, EntryError> {
+    let mut table = Vec::new();
+    for probe in probes {
+        let entry = Entry {
+            provider: &probe.provider,
+            probe: &probe.name,
+            types: &probe.types,
+            latency_arg: probe.latency_arg,
+            stack_arg: probe.stack_arg,
+        };
+        table.extend_from_slice(entry.encode()?.as_bytes());
+    }
+    Ok(table)
+}
+
 impl ProbeEntry {
     /// `provider:name(Integer, String)`, as messages show a probe.
     pub(super) fn described(&self) -> String {

@@ -10,7 +10,7 @@
 //! [`Ring::snapshot`]: super::Ring::snapshot
 
 use super::format::{
-    first_stamp, later_stamp, Counters, Entry, Header, ProbeEntry, Slot, COMPLETE, HEADER_SIZE,
+    self, first_stamp, later_stamp, Counters, Header, ProbeEntry, Slot, COMPLETE, HEADER_SIZE,
     SLOT_SIZE,
 };
 use super::scan::ReadAt;
@@ -32,20 +32,8 @@ pub struct Origin<'a> {
 
 /// The probe table of `probes`, encoded as the writer encodes it.
 pub fn encode_table(probes: &[ProbeEntry]) -> io::Result<Vec<u8>> {
-    let mut table = Vec::new();
-    for probe in probes {
-        let entry = Entry {
-            provider: &probe.provider,
-            probe: &probe.name,
-            types: &probe.types,
-            latency_arg: probe.latency_arg,
-            stack_arg: probe.stack_arg,
-        };
-        // The reader checked every entry it returns as the writer would.
-        let encoded = entry.encode().map_err(io::Error::other)?;
-        table.extend_from_slice(encoded.as_bytes());
-    }
-    Ok(table)
+    // The reader checked every entry it returns as the writer would.
+    format::encode_table(probes).map_err(io::Error::other)
 }
 
 /// A trace file's header, counters and probe table, for `slot_count`

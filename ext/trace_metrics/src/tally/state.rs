@@ -331,7 +331,7 @@ impl<'a> In<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{calls, owned, LiveRing};
+    use crate::testing::{calls, owned, rings_read_in_turn, LiveRing};
     use stapsdt::ring::format::offset;
     use stapsdt::ring::scan::ReadAt;
     use std::sync::atomic::Ordering::Relaxed;
@@ -371,15 +371,7 @@ mod tests {
 
     #[test]
     fn a_ring_read_before_a_hand_off_that_comes_back_is_refused_after_it() {
-        let first = LiveRing::made_at(64, true, 1);
-        let index = first.latency_probe("index");
-        first.latencies(index, &[1000; 10]);
-        let second = LiveRing::made_at(64, true, 2);
-        let again = second.latency_probe("index");
-        second.latencies(again, &[1000; 5]);
-        let mut tally = Tally::new("ring");
-        assert_eq!(tally.scrape(&first).unwrap(), 10);
-        assert_eq!(tally.scrape(&second).unwrap(), 5);
+        let (first, _second, tally) = rings_read_in_turn();
         let mut next = handed_on(&tally);
         let err = next.scrape(&first).unwrap_err();
         assert!(err.to_string().contains("it came back"), "{err}");
