@@ -105,14 +105,14 @@ pub fn exposition(rings: &[(u64, &Tally)], format: Format) -> String {
                 continue;
             };
             let labels = probe_labels(*pid, probe);
-            let mut cumulative = 0;
             let bounds = bounds.iter().map(String::as_str).chain(["+Inf"]);
-            let counts = histogram.buckets.iter().chain([&0]);
-            for ((count, bound), exemplar) in counts.zip(bounds).zip(&histogram.exemplars) {
-                cumulative += count;
-                if bound == "+Inf" {
-                    cumulative = histogram.count;
-                }
+            // Each bucket counts the calls below its bound; +Inf, every one.
+            let counts = histogram.buckets.iter().scan(0, |below, count| {
+                *below += count;
+                Some(*below)
+            });
+            let counts = counts.chain([histogram.count]);
+            for ((cumulative, bound), exemplar) in counts.zip(bounds).zip(&histogram.exemplars) {
                 let _ = write!(
                     out,
                     "{LATENCY}_bucket{{{labels},le=\"{bound}\"}} {cumulative}"
