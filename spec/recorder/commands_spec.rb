@@ -54,6 +54,15 @@ RSpec.describe "Recording a live process with static-tracing", :subprocess do
       expect(recorder_status).to be_nil
     end
 
+    it "writes what it recorded when Ctrl-C comes the moment it says it records" do
+      trace = File.join(dir, "at_once.trace")
+      output = interrupt_record(start_record(app.pid, "rec_app:index", "-o", trace))
+
+      expect(output).to match(wrote_line(0, trace, "interrupted"))
+      expect(read_trace(trace).records).to be_empty
+      expect(eventually("the recording to stop") { recorder_status.nil? }).to be(true)
+    end
+
     it "stops after --seconds, and writes the trace file it names" do
       trace = File.join(dir, "timed.trace")
       app.evaluate("Thread.new { loop { run(10); sleep 0.01 } }; nil")

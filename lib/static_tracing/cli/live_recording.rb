@@ -59,10 +59,7 @@ module StaticTracing
           @progress = progress
           # The signals are trapped before the program is let go (+opened+):
           # one it gets as it starts (a terminal's Ctrl-C) is passed on.
-          @ending = with_signals(interrupt, signals) do
-            opened&.call
-            poll(seconds && (CLI.monotonic + seconds))
-          end
+          @ending = with_signals(interrupt, signals) { opened_then_poll(opened, seconds) }
           clear_progress
           stop if %i[time interrupt refused].include?(ending.kind) && !@borrowed
           @finished = CLI.monotonic
@@ -114,6 +111,15 @@ module StaticTracing
         yield
       ensure
         previous&.each { |signal, old| Signal.trap(signal, old || "DEFAULT") }
+      end
+
+      # An interrupt while +opened+ runs ends the recording as one while
+      # polling does: what was recorded is still written.
+      def opened_then_poll(opened, seconds)
+        opened&.call
+        poll(seconds && (CLI.monotonic + seconds))
+      rescue Interrupt
+        Ending.new(:interrupt)
       end
 
       def poll(deadline)

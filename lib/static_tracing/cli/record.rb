@@ -249,10 +249,14 @@ module StaticTracing
         output = OutputFile.check(@output || default_output(recorder.pid), replace: !@output.nil?)
         recorder.request("record", id:, lease: LEASE, **request_fields(settings))
         recording = LiveRecording.new(recorder, id, leased: true)
-        err.puts("Recording #{count(recording.status["armed"], "probe")} (#{patterns(settings)}) in process " \
-                 "#{recorder.pid}#{@seconds ? " for #{format("%g", @seconds)}s" : ""} (Ctrl-C to stop)...")
-        say_unrecorded(recording)
-        recording.follow(seconds: @seconds, progress: (err if err.tty?))
+        # Said once Ctrl-C is trapped and the ring open: from the line on,
+        # an interrupt writes what was recorded.
+        recording_said = lambda do
+          err.puts("Recording #{count(recording.status["armed"], "probe")} (#{patterns(settings)}) in process " \
+                   "#{recorder.pid}#{@seconds ? " for #{format("%g", @seconds)}s" : ""} (Ctrl-C to stop)...")
+          say_unrecorded(recording)
+        end
+        recording.follow(seconds: @seconds, progress: (err if err.tty?), opened: recording_said)
         finish(recording, output)
       end
     end
