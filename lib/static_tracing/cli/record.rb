@@ -175,11 +175,16 @@ module StaticTracing
       def follow_launched(command, settings, output)
         recorder = command.wait_for_recording or return never_recorded(command)
 
-        err.puts("Recording probes (#{patterns(settings)}) in process #{recorder.pid} (#{command}) from its start " \
-                 "until it exits#{@seconds ? " or #{format("%g", @seconds)}s pass" : ""} (Ctrl-C is passed to it)...")
         recording = LiveRecording.new(recorder, recorder.recording["id"], leased: false)
+        # Said once the signals are passed on, as the program is let go.
+        let_go = lambda do
+          err.puts("Recording probes (#{patterns(settings)}) in process #{recorder.pid} (#{command}) from its " \
+                   "start until it exits#{@seconds ? " or #{format("%g", @seconds)}s pass" : ""} (Ctrl-C is " \
+                   "passed to it)...")
+          command.ready
+        end
         recording.follow(seconds: @seconds, interrupt: ->(signal) { command.pass_on(signal) },
-                         opened: -> { command.ready }, signals: LaunchedCommand::PASSED)
+                         opened: let_go, signals: LaunchedCommand::PASSED)
         finish(recording, @output ? output : default_output(recorder.pid))
         wait_for(command)
       rescue Error => e
