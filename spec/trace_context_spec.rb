@@ -18,11 +18,11 @@ RSpec.describe "Trace contexts" do
   # Whatever an example set and left set, cleared innermost first.
   let(:set) { [] }
 
-  def set_context(*ids) = StaticTracing.set_trace_context(*ids).tap { |context| set << context }
+  def set_context(*ids) = StaticTracing.set_trace_context(*ids).tap { |token| set << token }
 
   after do
-    set.reverse_each do |context|
-      StaticTracing.clear_trace_context(context)
+    set.reverse_each do |token|
+      StaticTracing.clear_trace_context(token)
     rescue StaticTracing::TraceContextError
       nil
     end
@@ -81,41 +81,47 @@ RSpec.describe "Trace contexts" do
     it "refuses a context cleared out of order, twice, or where it was not set, and changes nothing" do
       outer = set_context(trace_id, span_id)
       inner = set_context(other_trace, other_span)
+      inner_context = StaticTracing.current_trace_context
       out_of_order = "the trace #{trace_id} span #{span_id} was cleared before the contexts set inside it, " \
                      "still set: trace #{other_trace} span #{other_span}; clear those first"
       expect { StaticTracing.clear_trace_context(outer) }
         .to raise_error(StaticTracing::TraceContextError, out_of_order)
-      expect(StaticTracing.current_trace_context).to eq(inner)
+      expect(StaticTracing.current_trace_context).to eq(inner_context)
 
       elsewhere = Thread.new { StaticTracing.clear_trace_context(inner) rescue $ERROR_INFO }.value # rubocop:disable Style/RescueModifier
       expect(elsewhere).to be_a(StaticTracing::TraceContextError)
       expect(elsewhere.message)
         .to match(/was set on another thread: clear a context on the thread and fiber that set it/)
       fiber = Fiber.new { StaticTracing.clear_trace_context(inner) rescue $ERROR_INFO }.resume # rubocop:disable Style/RescueModifier
-      expect(fiber.message).to match(/was set on another fiber of this thread/)
-      expect(StaticTracing.current_trace_context).to eq(inner)
+      expect(fiber.message).to eq("the trace #{other_trace} span #{other_span} was set on another fiber of this " \
+                                  "thread: clear a context on the thread and fiber that set it")
+      expect(StaticTracing.current_trace_context).to eq(inner_context)
 
       StaticTracing.clear_trace_context(inner)
       expect { StaticTracing.clear_trace_context(inner) }
-        .to raise_error(StaticTracing::TraceContextError, /was cleared already/)
-      expect(StaticTracing.current_trace_context).to eq(outer)
-      expect { StaticTracing.clear_trace_context("context") }
-        .to raise_error(TypeError, /what set_trace_context returned/)
+        .to raise_error(StaticTracing::TraceContextError, "the trace #{other_trace} span #{other_span} was " \
+                                                          "cleared already")
+      expect(StaticTracing.current_trace_context).to have_attributes(trace_id:, span_id:)
+      expect { StaticTracing.clear_trace_context(outer + 1_000) }
+        .to raise_error(StaticTracing::TraceContextError, /no context was set with token #{outer + 1_000}/o)
+      ["context", -1, 2**64, 1.0, nil].each do |wrong|
+        expect { StaticTracing.clear_trace_context(wrong) }
+          .to raise_error(TypeError, /takes the token set_trace_context returned, got/)
+      end
+      expect(StaticTracing.current_trace_context).to have_attributes(trace_id:, span_id:)
     end
 
-    it "returns from set_trace_context a frozen TraceContext of the ids, which only the gem makes" do
-      context = set_context(trace_id, span_id)
+    it "deals in a token from set_trace_context, and gives a frozen TraceContext of the ids, which only it makes" do
+      token = set_context(trace_id, span_id)
+      expect(token).to be_an(Integer)
+      context = StaticTracing.current_trace_context
       expect(context).to be_a(StaticTracing::TraceContext).and be_frozen
       expect(context).to have_attributes(trace_id:, span_id:, to_s: "trace #{trace_id} span #{span_id}")
-      expect(StaticTracing.current_trace_context).to eq(context)
-      expect(StaticTracing.current_trace_context.token).to be_nil
-      expect { context.instance_variable_set(:@token, 1) }.to raise_error(FrozenError)
+      expect(context).to eq(StaticTracing.current_trace_context)
       expect(context).not_to respond_to(:trace_id=)
-      expect { StaticTracing::TraceContext.new(trace_id, span_id, context.token) }.to raise_error(NoMethodError)
-      forged = Struct.new(:trace_id, :span_id, :token).new(trace_id, span_id, context.token)
-      expect { StaticTracing.clear_trace_context(forged) }
-        .to raise_error(TypeError, /what set_trace_context returned/)
-      expect(StaticTracing.current_trace_context).to eq(context)
+      expect { StaticTracing::TraceContext.new(trace_id, span_id) }.to raise_error(NoMethodError)
+      StaticTracing.clear_trace_context(set.pop)
+      expect(StaticTracing.current_trace_context).to be_nil
     end
 
     it "clears contexts a block left set inside it, and says so" do

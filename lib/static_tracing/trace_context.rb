@@ -7,21 +7,17 @@ module StaticTracing
   #
   #   StaticTracing.with_trace_context(trace_id, span_id) { work }
   #
-  #   context = StaticTracing.set_trace_context(trace_id, span_id)   # a middleware's before
-  #   StaticTracing.clear_trace_context(context)                     # ... and after
+  #   token = StaticTracing.set_trace_context(trace_id, span_id)   # a middleware's before
+  #   StaticTracing.clear_trace_context(token)                     # ... and after
   #
   # Contexts nest: clearing the inner one puts the outer one back. Each
   # fiber has its own, kept by the extension (which checks the nesting), so
   # a fiber switch never carries one fiber's context into another's records.
-  #
-  # Only the extension makes them, frozen: it defines this class, a Struct
-  # of trace_id, span_id and token, in ext/static_tracing/src/ruby_api/
-  # trace_context.rs (a request's set_trace_context makes one without a
-  # Ruby call). set_trace_context's carries the token that clears it,
-  # current_trace_context's none.
-  class TraceContext
-    private_class_method :new, :[], :allocate
-    undef_method :trace_id=, :span_id=, :token=, :[]=
+  # StaticTracing.current_trace_context is one of these, frozen; only the
+  # gem makes them.
+  TraceContext = Struct.new(:trace_id, :span_id) do
+    private_class_method :new, :[]
+    undef_method :trace_id=, :span_id=, :[]=
 
     def to_s
       "trace #{trace_id} span #{span_id}"
@@ -30,13 +26,6 @@ module StaticTracing
     def inspect
       "#<StaticTracing::TraceContext #{self}>"
     end
-
-    def ==(other)
-      other.is_a?(TraceContext) && other.trace_id == trace_id && other.span_id == span_id
-    end
-    alias eql? ==
-
-    def hash = [trace_id, span_id].hash
 
     # [trace_id, parent_id] of a W3C `traceparent` header (level 1), or nil
     # for a header the specification calls invalid, which is ignored.
@@ -64,27 +53,32 @@ module StaticTracing
     private_class_method :open_telemetry_ids
 
     # The current fiber's innermost context, or nil.
-    def self.current = Native.trace_context_current
+    def self.current
+      ids = Native.trace_context_current
+      ids && new(*ids).freeze
+    end
   end
 
   class << self
-    # The extension's, each one native call, so that setting and clearing a
-    # context around a request costs no Ruby method between:
+    # The extension's, each one native call, so that setting and clearing
+    # a context around a request costs no Ruby method between:
     #
     # StaticTracing.with_trace_context(trace_id, span_id) { ... } runs the
     # block in the W3C trace context of +trace_id+ (32 lowercase hex
     # digits) and +span_id+ (16), returning its value, then puts the context
-    # before back, also when the block raises. Bad ids raise ArgumentError,
-    # which says the form expected; contexts set inside and left set are
-    # cleared too, and raise TraceContextError.
+    # before back, also when the block raises, breaks or throws. Bad ids
+    # raise ArgumentError, which says the form expected; contexts set inside
+    # and left set are cleared too and, when the block returned, raise
+    # TraceContextError.
     #
     # StaticTracing.set_trace_context(trace_id, span_id) puts the current
     # fiber in the context until StaticTracing.clear_trace_context is given
-    # the TraceContext it returned; a context cleared on another thread or
-    # fiber, twice, or before contexts set inside it raises
-    # TraceContextError and changes nothing.
+    # the token (an Integer) it returned, as OpenTelemetry's Context.attach
+    # and detach do: nothing is allocated per request. A context cleared on
+    # another thread or fiber, twice, or before contexts set inside it
+    # raises TraceContextError and changes nothing.
 
-    # The current fiber's innermost context, or nil.
+    # The current fiber's innermost context, a TraceContext, or nil.
     def current_trace_context
       TraceContext.current
     end

@@ -85,7 +85,13 @@ struct ThreadContexts {
     /// contexts pushed so far: a token is both.
     serial: Cell<u32>,
     pushed: Cell<u32>,
+    /// The contexts popped last, by token, so that one cleared twice is
+    /// named in the error: see [`PopError::Popped`].
+    popped: [Cell<Option<(u64, TraceContext)>>; POPPED_KEPT],
 }
+
+/// How many popped contexts a thread remembers (see `popped`).
+const POPPED_KEPT: usize = 8;
 
 thread_local! {
     static THREAD: ThreadContexts = ThreadContexts::default();
@@ -148,20 +154,41 @@ impl ThreadContexts {
         self.pushed.set(pushed);
         u64::from(self.serial()) << 32 | u64::from(pushed)
     }
+
+    fn remember_popped(&self, popped: &Pushed) {
+        self.popped[popped.token as usize % POPPED_KEPT].set(Some((popped.token, popped.context)));
+    }
+
+    /// Why `token`, of this thread and on no fiber's stack, pops nothing.
+    fn gone(&self, token: u64) -> PopError {
+        if token as u32 == 0 || token as u32 > self.pushed.get() {
+            return PopError::NeverSet;
+        }
+        let kept = self.popped[token as usize % POPPED_KEPT].get();
+        PopError::Popped(
+            kept.filter(|(kept, _)| *kept == token)
+                .map(|(_, context)| context),
+        )
+    }
 }
 
 /// Why a context could not be popped.
 #[derive(Debug, PartialEq, Eq)]
 pub enum PopError {
-    /// Pushed on another thread.
+    /// Pushed on another thread (or the token is no thread's).
     OtherThread,
-    /// Pushed on another fiber of this thread.
-    OtherFiber,
-    /// Popped already.
-    Popped,
-    /// Contexts pushed after it are still there (innermost last): with
+    /// Pushed on another fiber of this thread: this one.
+    OtherFiber(TraceContext),
+    /// Popped already: this one, if the thread still remembers it.
+    Popped(Option<TraceContext>),
+    /// No context of this thread was ever pushed with the token.
+    NeverSet,
+    /// Contexts pushed after it (innermost last) are still there: with
     /// `unwind`, they were popped too; without, nothing changed.
-    Inner(Vec<TraceContext>),
+    Inner {
+        context: TraceContext,
+        inner: Vec<TraceContext>,
+    },
 }
 
 /// Puts the current fiber in `context` (inside the one it was in, if any):
@@ -231,26 +258,34 @@ pub fn pop_on(fiber: VALUE, token: u64, unwind: bool) -> Result<Option<TraceCont
             Some((index, at))
         });
         let Some((index, at)) = found else {
-            return Err(PopError::Popped);
+            return Err(thread.gone(token));
         };
         let entry = &mut entries[index];
+        let popped = entry.stack[at];
         if *entry.fiber != fiber {
-            return Err(PopError::OtherFiber);
+            return Err(PopError::OtherFiber(popped.context));
         }
         let inner: Vec<TraceContext> = entry.stack[at + 1..]
             .iter()
             .map(|pushed| pushed.context)
             .collect();
         if !inner.is_empty() && !unwind {
-            return Err(PopError::Inner(inner));
+            return Err(PopError::Inner {
+                context: popped.context,
+                inner,
+            });
         }
         entry.stack.truncate(at);
         let now = entry.stack.last().map(|pushed| pushed.context);
         thread.update(&entries);
+        thread.remember_popped(&popped);
         if inner.is_empty() {
             Ok(now)
         } else {
-            Err(PopError::Inner(inner))
+            Err(PopError::Inner {
+                context: popped.context,
+                inner,
+            })
         }
     })
 }
