@@ -6,9 +6,10 @@ module Bench
     # in a context next to the same call outside any, in the same rounds;
     # setting and clearing a context while nothing records (the block form,
     # and the set/clear pair a middleware uses, beside a plain method that
-    # yields: the floor of any block form), then while a recording runs,
-    # alone and around a recorded call (whose first record in a new context
-    # writes the thread's context record).
+    # yields and two C methods that do nothing: the floors of either
+    # form), then while a recording runs, alone and around a recorded call
+    # (whose first record in a new context writes the thread's context
+    # record).
     class Contexts
       PROVIDER = :bench_recorder_contexts
       PATTERNS = ["#{PROVIDER}:*".freeze].freeze
@@ -18,6 +19,7 @@ module Bench
       IDLE = "with_trace_context { } (nothing records)"
       PAIR = "set_trace_context + clear_trace_context (nothing records)"
       YIELDS = "a method that yields { } (for scale)"
+      C_CALLS = "two C methods that do nothing (for scale)"
 
       def initialize(group)
         @group = group
@@ -31,7 +33,8 @@ module Bench
           [with_trace_context_loop(IDLE),
            Loop.new(PAIR, "StaticTracing.clear_trace_context(StaticTracing.set_trace_context(trace_id, span_id))",
                     trace_id: TRACE_ID, span_id: SPAN_ID),
-           Loop.new(YIELDS, "receiver.with_yield { }", receiver: Recorder.target_class.new)]
+           Loop.new(YIELDS, "receiver.with_yield { }", receiver: Recorder.target_class.new),
+           Loop.new(C_CALLS, "receiver.frozen?; receiver.to_s", receiver: nil)]
         )
         StaticTracing::Recorder.start(probes: PATTERNS, flight: true)
         loops = [Loop.call("fire(Integer) recorded", @tracepoint, :fire, 42),
@@ -79,7 +82,7 @@ module Bench
 
       def idle_rows(table, idle)
         { "contexts.set_clear_idle" => IDLE, "contexts.set_clear_pair_idle" => PAIR,
-          "contexts.yielding_method" => YIELDS }.each do |id, label|
+          "contexts.yielding_method" => YIELDS, "contexts.two_c_calls" => C_CALLS }.each do |id, label|
           table.row(id:, measurement: label, **idle.timing(label))
         end
       end
@@ -94,7 +97,8 @@ module Bench
       def notes(table)
         table.note("targets: a recorded call in a context at most 1.05x one outside any (same rounds); setting " \
                    "and clearing a context (either form) at most 100 ns while nothing records, at most 2x that " \
-                   "while recording; a method that yields is no target, but what any block form costs at least")
+                   "while recording; a method that yields and two C methods that do nothing are no targets, but what " \
+                   "the block form and the pair cost at least on the machine")
         table.note("the last row's ratio is what a context set and cleared around a recorded call adds to that " \
                    "call (its context record included), over set+clear while nothing records; the two phases " \
                    "(nothing recording, then one flight recording of #{PATTERNS.first}) are timed apart, as a " \
