@@ -130,6 +130,9 @@ RSpec.describe "Trace contexts" do
       end.to raise_error(StaticTracing::TraceContextError,
                          /contexts set inside .* were left set, and are cleared: trace #{other_trace}/o)
       expect(StaticTracing.current_trace_context).to be_nil
+      expect { StaticTracing.clear_trace_context(set.pop) }
+        .to raise_error(StaticTracing::TraceContextError, "the trace #{other_trace} span #{other_span} was " \
+                                                          "cleared already")
     end
 
     it "keeps a context per thread and per fiber" do

@@ -275,10 +275,11 @@ pub fn pop_on(fiber: VALUE, token: u64, unwind: bool) -> Result<Option<TraceCont
                 inner,
             });
         }
-        entry.stack.truncate(at);
+        for gone in entry.stack.drain(at..) {
+            thread.remember_popped(&gone);
+        }
         let now = entry.stack.last().map(|pushed| pushed.context);
         thread.update(&entries);
-        thread.remember_popped(&popped);
         if inner.is_empty() {
             Ok(now)
         } else {
