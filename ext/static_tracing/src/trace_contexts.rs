@@ -310,6 +310,12 @@ pub fn current() -> Option<TraceContext> {
 /// this thread's last one in this recording was not it. Outside any
 /// context: the one thread-local read the thread id takes anyway; in the
 /// context of the fiber's last record, the current fiber's identity more.
+///
+/// The fiber is asked for on every record in a context: a counter bumped
+/// by a `RUBY_EVENT_FIBER_SWITCH` hook would be cheaper, but Ruby runs a
+/// resumed fiber's pending interrupts (trap handlers, finalizers) before
+/// it fires that event, and a record made there would carry the context
+/// of the fiber before.
 #[inline]
 pub fn maker(recording: &Recording, time_ns: u64) -> Maker {
     THREAD.with(|thread| {
