@@ -349,6 +349,13 @@ impl TraceContext {
     }
 }
 
+/// As every message and report shows a context: `trace ID span ID`.
+impl fmt::Display for TraceContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "trace {} span {}", self.trace_hex(), self.span_hex())
+    }
+}
+
 impl fmt::Debug for TraceContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "TraceContext({}, {})", self.trace_hex(), self.span_hex())

@@ -113,8 +113,8 @@ module StaticTracing
         previous&.each { |signal, old| Signal.trap(signal, old || "DEFAULT") }
       end
 
-      # An interrupt while +opened+ runs ends the recording as one while
-      # polling does: what was recorded is still written.
+      # An interrupt, while +opened+ runs or while polling, ends the
+      # recording: what was recorded is still written.
       def opened_then_poll(opened, seconds)
         opened&.call
         poll(seconds && (CLI.monotonic + seconds))
@@ -135,8 +135,6 @@ module StaticTracing
 
           sleep(POLL_INTERVAL)
         end
-      rescue Interrupt
-        Ending.new(:interrupt)
       rescue TraceFile::FormatError => e
         refused(e)
       end

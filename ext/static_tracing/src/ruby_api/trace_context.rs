@@ -85,16 +85,15 @@ fn pop_refused(token: u64, problem: PopError) -> String {
     let named = |context: Option<TraceContext>| {
         context.map_or_else(
             || format!("context of token {token}"),
-            |context| shown(&context),
+            |context| context.to_string(),
         )
     };
     let elsewhere = "clear a context on the thread and fiber that set it";
     match problem {
         PopError::OtherThread => format!("the {} was set on another thread: {elsewhere}", named(None)),
-        PopError::OtherFiber(context) => format!(
-            "the {} was set on another fiber of this thread: {elsewhere}",
-            named(Some(context))
-        ),
+        PopError::OtherFiber(context) => {
+            format!("the {context} was set on another fiber of this thread: {elsewhere}")
+        }
         PopError::Popped(context) => format!("the {} was cleared already", named(context)),
         PopError::NeverSet => format!(
             "no context was set with token {token} on this thread: clear_trace_context takes what \
@@ -102,7 +101,7 @@ fn pop_refused(token: u64, problem: PopError) -> String {
         ),
         PopError::Inner { context, inner } => format!(
             "the {} was cleared before the contexts set inside it, still set: {}; clear those first",
-            shown(&context),
+            context,
             listed(&inner)
         ),
     }
@@ -152,19 +151,18 @@ fn with_trace_context(ruby: &Ruby, trace_id: Value, span_id: Value) -> Result<Va
         ruby,
         format!(
             "contexts set inside the {} were left set, and are cleared: {}",
-            shown(&context),
+            context,
             listed(&left)
         ),
     ))
 }
 
-/// A context as the messages show it (`TraceContext#to_s`).
-fn shown(context: &TraceContext) -> String {
-    format!("trace {} span {}", context.trace_hex(), context.span_hex())
-}
-
 fn listed(contexts: &[TraceContext]) -> String {
-    contexts.iter().map(shown).collect::<Vec<_>>().join(", ")
+    contexts
+        .iter()
+        .map(TraceContext::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `trace_context_current`: the ids of the current fiber's innermost

@@ -160,9 +160,7 @@ pub(super) fn context_text(context: &Context) -> String {
     match context {
         Context::None => "no trace context".to_owned(),
         Context::Unknown => "trace context unknown".to_owned(),
-        Context::Known(context) => {
-            format!("trace {} span {}", context.trace_hex(), context.span_hex())
-        }
+        Context::Known(context) => context.to_string(),
     }
 }
 
