@@ -70,9 +70,10 @@ struct ThreadContexts {
     /// The thread's id, and the fork count it was read at (a thread id
     /// read before a fork is not the child's): see [`ThreadContexts::tid`].
     tid: Cell<Option<(u32, u32)>>,
-    /// Whether any fiber of this thread has a context: the one check a
-    /// record made outside any context makes.
-    any: Cell<bool>,
+    /// How many contexts the fibers of this thread are in, together:
+    /// whether it is 0 is the one check a record made outside any context
+    /// makes.
+    depth: Cell<usize>,
     /// The fiber whose context this thread's last record was made in, and
     /// its tag, while that context's record is the thread's last written:
     /// the next record of that fiber needs no lookup.
@@ -130,10 +131,10 @@ impl ThreadContexts {
         }
     }
 
-    /// Whether any fiber has a context, once `entries` changed.
-    fn update(&self, entries: &[Entry]) {
-        self.any
-            .set(entries.iter().any(|entry| !entry.stack.is_empty()));
+    /// `pushed` contexts more and `popped` fewer: the fiber of the
+    /// thread's last record may no longer be in the context it was.
+    fn changed(&self, pushed: usize, popped: usize) {
+        self.depth.set(self.depth.get() + pushed - popped);
         self.hot.set(None);
     }
 
@@ -230,7 +231,7 @@ pub fn push_on(fiber: VALUE, context: TraceContext) -> u64 {
                 });
             }
         }
-        thread.update(&entries);
+        thread.changed(1, 0);
         token
     })
 }
@@ -250,6 +251,20 @@ pub fn pop_on(fiber: VALUE, token: u64, unwind: bool) -> Result<Option<TraceCont
             return Err(PopError::OtherThread);
         }
         let mut entries = thread.entries.borrow_mut();
+        // The usual clear: the innermost context of the fiber clearing it.
+        if let Some(entry) = entries.iter_mut().find(|entry| *entry.fiber == fiber) {
+            if entry
+                .stack
+                .last()
+                .is_some_and(|pushed| pushed.token == token)
+            {
+                if let Some(popped) = entry.stack.pop() {
+                    thread.remember_popped(&popped);
+                }
+                thread.changed(0, 1);
+                return Ok(entry.stack.last().map(|pushed| pushed.context));
+            }
+        }
         let found = entries.iter().enumerate().find_map(|(index, entry)| {
             let at = entry
                 .stack
@@ -275,11 +290,12 @@ pub fn pop_on(fiber: VALUE, token: u64, unwind: bool) -> Result<Option<TraceCont
                 inner,
             });
         }
+        let drained = entry.stack.len() - at;
         for gone in entry.stack.drain(at..) {
             thread.remember_popped(&gone);
         }
         let now = entry.stack.last().map(|pushed| pushed.context);
-        thread.update(&entries);
+        thread.changed(0, drained);
         if inner.is_empty() {
             Ok(now)
         } else {
@@ -320,7 +336,7 @@ pub fn current() -> Option<TraceContext> {
 pub fn maker(recording: &Recording, time_ns: u64) -> Maker {
     THREAD.with(|thread| {
         let tid = thread.tid();
-        if !thread.any.get() {
+        if thread.depth.get() == 0 {
             return Maker::new(tid, NO_CONTEXT);
         }
         let fiber = current_fiber();
