@@ -205,6 +205,40 @@ RSpec.describe "Trace contexts" do
       expect(contexts(ring)).to eq([[1, [trace_id, span_id]], [2, [other_trace, other_span]]])
     end
 
+    # A record in the context of the thread's last record is told apart by
+    # the running fiber's key alone: fibers that take turns, each in its
+    # own context and none setting one between turns, must still each get
+    # their own, as must a fiber that ended and one that reuses its stack.
+    it "keeps fibers taking turns, ending and starting, each in its own context" do
+      ids = Array.new(4) { |index| [format("%032x", index + 1), format("%016x", index + 1)] }
+      StaticTracing::Recorder.start(probes: ["ctx_app:*"])
+      fibers = ids.each_with_index.map do |(trace, span), index|
+        Fiber.new do
+          StaticTracing.with_trace_context(trace, span) do
+            3.times do |turn|
+              tracepoint.fire((10 * turn) + index)
+              Fiber.yield
+            end
+          end
+        end
+      end
+      StaticTracing.with_trace_context(trace_id, span_id) do
+        4.times do
+          fibers.each { |fiber| fiber.resume if fiber.alive? }
+          tracepoint.fire(-1)
+        end
+        Fiber.new { tracepoint.fire(99) }.resume
+        tracepoint.fire(-2)
+      end
+
+      expected = Array.new(3) do |turn|
+        ids.each_with_index.map { |(trace, span), index| [(10 * turn) + index, [trace, span]] } +
+          [[-1, [trace_id, span_id]]]
+      end
+      expect(contexts(ring)).to eq(expected.flatten(1) + [[-1, [trace_id, span_id]], [99, nil],
+                                                          [-2, [trace_id, span_id]]])
+    end
+
     it "gives a context set before the recording started to the thread's first records" do
       StaticTracing.with_trace_context(trace_id, span_id) do
         StaticTracing::Recorder.start(probes: ["ctx_app:*"])

@@ -19,6 +19,7 @@ macro_rules! function {
     };
 }
 
+mod fibers;
 mod internal_probes;
 mod recording;
 mod ruby_api;

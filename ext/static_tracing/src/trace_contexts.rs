@@ -19,6 +19,7 @@
 //! Everything here runs with the GVL held (Ruby methods, and records made
 //! by `Tracepoint#fire`).
 
+use crate::fibers::{self, KeyReader};
 use crate::recording::Recording;
 use rb_sys::VALUE;
 use stapsdt::ring::format::{Maker, CONTEXT_TAGS, NO_CONTEXT, UNKNOWN_CONTEXT};
@@ -74,10 +75,12 @@ struct ThreadContexts {
     /// whether it is 0 is the one check a record made outside any context
     /// makes.
     depth: Cell<usize>,
-    /// The fiber whose context this thread's last record was made in, and
-    /// its tag, while that context's record is the thread's last written:
-    /// the next record of that fiber needs no lookup.
-    hot: Cell<Option<(VALUE, u32)>>,
+    /// The key (see `fibers`) of the fiber whose context this thread's
+    /// last record was made in, and its tag, while that context's record is
+    /// the thread's last written: the next record of that fiber needs no
+    /// lookup. A fiber in a context is pinned, so no other has its key.
+    hot: Cell<Option<(usize, u32)>>,
+    fiber_key: KeyReader,
     entries: RefCell<Vec<Entry>>,
     /// The recording (its generation) and tag of the last context record
     /// this thread wrote.
@@ -110,9 +113,7 @@ fn next_tag() -> u32 {
 
 /// The fiber running on this thread.
 pub fn current_fiber() -> VALUE {
-    // SAFETY: called with the GVL held (see the module docs); makes the
-    // thread's root fiber object the first time, as Fiber.current does.
-    unsafe { rb_sys::rb_fiber_current() }
+    fibers::current()
 }
 
 impl ThreadContexts {
@@ -201,6 +202,7 @@ pub fn push(context: TraceContext) -> u64 {
 
 /// [`push`], given the current fiber.
 pub fn push_on(fiber: VALUE, context: TraceContext) -> u64 {
+    fibers::decide();
     THREAD.with(|thread| {
         let token = thread.token();
         let pushed = Pushed {
@@ -325,9 +327,10 @@ pub fn current() -> Option<TraceContext> {
 /// tag of its fiber's context, whose context record is written first if
 /// this thread's last one in this recording was not it. Outside any
 /// context: the one thread-local read the thread id takes anyway; in the
-/// context of the fiber's last record, the current fiber's identity more.
+/// context of the fiber's last record, the current fiber's key more (a
+/// load, see `fibers`).
 ///
-/// The fiber is asked for on every record in a context: a counter bumped
+/// The fiber's key is read on every record in a context: a counter bumped
 /// by a `RUBY_EVENT_FIBER_SWITCH` hook would be cheaper, but Ruby runs a
 /// resumed fiber's pending interrupts (trap handlers, finalizers) before
 /// it fires that event, and a record made there would carry the context
@@ -339,14 +342,14 @@ pub fn maker(recording: &Recording, time_ns: u64) -> Maker {
         if thread.depth.get() == 0 {
             return Maker::new(tid, NO_CONTEXT);
         }
-        let fiber = current_fiber();
+        let key = thread.fiber_key.current();
         match thread.hot.get() {
             Some((hot, tag))
-                if hot == fiber && thread.written.get() == Some((recording.generation(), tag)) =>
+                if hot == key && thread.written.get() == Some((recording.generation(), tag)) =>
             {
                 Maker::new(tid, tag)
             }
-            _ => in_context(thread, recording, time_ns, tid, fiber),
+            _ => in_context(thread, recording, time_ns, tid, key),
         }
     })
 }
@@ -357,8 +360,9 @@ fn in_context(
     recording: &Recording,
     time_ns: u64,
     tid: u32,
-    fiber: VALUE,
+    key: usize,
 ) -> Maker {
+    let fiber = current_fiber();
     let entries = thread.entries.borrow();
     let Some(entry) = entries
         .iter()
@@ -379,6 +383,6 @@ fn in_context(
         }
         thread.written.set(Some(wanted));
     }
-    thread.hot.set(Some((fiber, entry.tag)));
+    thread.hot.set(Some((key, entry.tag)));
     Maker::new(tid, entry.tag)
 }
