@@ -1,7 +1,8 @@
-//! Which fiber runs on this thread: the fiber object, for what is kept
-//! per fiber, and a key that is cheaper to read, for the question every
-//! record made in a trace context asks (is this still the fiber of the
-//! thread's last record?).
+//! Which fiber runs on this thread: the fiber object, which
+//! `trace_contexts` pins while it keeps the fiber's contexts, and a key
+//! that is cheaper to read, by which it finds them, and which answers the
+//! question every record made in a context asks (is this still the fiber
+//! of the thread's last record?).
 //!
 //! The key is the address of the running fiber's execution context: Ruby
 //! keeps it in the thread-local `ruby_current_ec`, which every fiber
@@ -10,9 +11,8 @@
 //! looked up once per thread, where `rb_fiber_current` is a call through
 //! the PLT and a dynamic thread-local lookup: about half of what a record
 //! in a context costs more than one outside. The context is embedded in
-//! the fiber's own memory, so while a fiber object lives (those a key is
-//! compared against are pinned by `trace_contexts`) no other fiber has its
-//! key. That this holds in the running Ruby is checked once, by running a
+//! the fiber's own memory, so while a fiber object lives (those whose keys
+//! are kept are pinned) no other fiber has its key. That this holds in the running Ruby is checked once, by running a
 //! fiber (`decide`); where it does not, or the symbol is not there, the
 //! key is the fiber object itself.
 

@@ -14,8 +14,9 @@
 //! read more than before, and no byte.
 //!
 //! What is kept per thread holds the fibers that set a context, pinned for
-//! the garbage collector (`rb_gc_register_address`) until they clear it:
-//! a fiber's address is then never another fiber's while it is a key here.
+//! the garbage collector (`rb_gc_register_address`) until they clear it,
+//! by their keys (see `fibers`): a fiber's key is then never another
+//! fiber's while it is one here.
 //! Everything here runs with the GVL held (Ruby methods, and records made
 //! by `Tracepoint#fire`).
 
@@ -45,6 +46,8 @@ struct Entry {
     /// the GVL, which taking them off the collector's list needs), which
     /// keeps those fibers.
     fiber: &'static mut VALUE,
+    /// The fiber's key, which finding its entry compares.
+    key: usize,
     stack: Vec<Pushed>,
 }
 
@@ -111,9 +114,11 @@ fn next_tag() -> u32 {
     CONTEXT_TAGS.start() + NEXT_TAG.fetch_add(1, Ordering::Relaxed) % span
 }
 
-/// The fiber running on this thread.
-pub fn current_fiber() -> VALUE {
-    fibers::current()
+/// The key of the fiber running on this thread (see `fibers`), read
+/// once `fibers` decided what it is (the first time, by running a fiber:
+/// with no thread-local borrowed).
+fn current_key(thread: &ThreadContexts) -> usize {
+    thread.fiber_key.current()
 }
 
 impl ThreadContexts {
@@ -197,13 +202,15 @@ pub enum PopError {
 /// its next record writes a context record first. Returns the token that
 /// pops it.
 pub fn push(context: TraceContext) -> u64 {
-    push_on(current_fiber(), context)
+    push_keyed(context).0
 }
 
-/// [`push`], given the current fiber.
-pub fn push_on(fiber: VALUE, context: TraceContext) -> u64 {
+/// [`push`], also returning the current fiber's key, which [`pop_on`]
+/// takes.
+pub fn push_keyed(context: TraceContext) -> (u64, usize) {
     fibers::decide();
     THREAD.with(|thread| {
+        let key = current_key(thread);
         let token = thread.token();
         let pushed = Pushed {
             token,
@@ -211,7 +218,7 @@ pub fn push_on(fiber: VALUE, context: TraceContext) -> u64 {
             context,
         };
         let mut entries = thread.entries.borrow_mut();
-        match entries.iter_mut().find(|entry| *entry.fiber == fiber) {
+        match entries.iter_mut().find(|entry| entry.key == key) {
             Some(entry) => entry.stack.push(pushed),
             None => {
                 let empty = entries
@@ -223,18 +230,19 @@ pub fn push_on(fiber: VALUE, context: TraceContext) -> u64 {
                         entries.swap_remove(at).give_back();
                     }
                 }
-                let pinned = Box::leak(Box::new(fiber));
+                let pinned = Box::leak(Box::new(fibers::current()));
                 // SAFETY: the memory stays valid until it is unregistered,
                 // in `pop`, before it is freed; we hold the GVL.
                 unsafe { rb_sys::rb_gc_register_address(pinned) };
                 entries.push(Entry {
                     fiber: pinned,
+                    key,
                     stack: vec![pushed],
                 });
             }
         }
         thread.changed(1, 0);
-        token
+        (token, key)
     })
 }
 
@@ -243,81 +251,91 @@ pub fn push_on(fiber: VALUE, context: TraceContext) -> u64 {
 /// and still there are an error: popped too with `unwind`, else nothing
 /// changes.
 pub fn pop(token: u64, unwind: bool) -> Result<Option<TraceContext>, PopError> {
-    pop_on(current_fiber(), token, unwind)
+    fibers::decide();
+    THREAD.with(|thread| pop_in(thread, current_key(thread), token, unwind))
 }
 
-/// [`pop`], given the current fiber.
-pub fn pop_on(fiber: VALUE, token: u64, unwind: bool) -> Result<Option<TraceContext>, PopError> {
-    THREAD.with(|thread| {
-        if token >> 32 != u64::from(thread.serial()) {
-            return Err(PopError::OtherThread);
-        }
-        let mut entries = thread.entries.borrow_mut();
-        // The usual clear: the innermost context of the fiber clearing it.
-        if let Some(entry) = entries.iter_mut().find(|entry| *entry.fiber == fiber) {
-            if entry
-                .stack
-                .last()
-                .is_some_and(|pushed| pushed.token == token)
-            {
-                if let Some(popped) = entry.stack.pop() {
-                    thread.remember_popped(&popped);
-                }
-                thread.changed(0, 1);
-                return Ok(entry.stack.last().map(|pushed| pushed.context));
+/// [`pop`], given the key of the fiber that pushed it, as [`push_keyed`]
+/// returned it.
+pub fn pop_on(key: usize, token: u64, unwind: bool) -> Result<Option<TraceContext>, PopError> {
+    THREAD.with(|thread| pop_in(thread, key, token, unwind))
+}
+
+fn pop_in(
+    thread: &ThreadContexts,
+    key: usize,
+    token: u64,
+    unwind: bool,
+) -> Result<Option<TraceContext>, PopError> {
+    if token >> 32 != u64::from(thread.serial()) {
+        return Err(PopError::OtherThread);
+    }
+    let mut entries = thread.entries.borrow_mut();
+    // The usual clear: the innermost context of the fiber clearing it.
+    if let Some(entry) = entries.iter_mut().find(|entry| entry.key == key) {
+        if entry
+            .stack
+            .last()
+            .is_some_and(|pushed| pushed.token == token)
+        {
+            if let Some(popped) = entry.stack.pop() {
+                thread.remember_popped(&popped);
             }
+            thread.changed(0, 1);
+            return Ok(entry.stack.last().map(|pushed| pushed.context));
         }
-        let found = entries.iter().enumerate().find_map(|(index, entry)| {
-            let at = entry
-                .stack
-                .iter()
-                .rposition(|pushed| pushed.token == token)?;
-            Some((index, at))
-        });
-        let Some((index, at)) = found else {
-            return Err(thread.gone(token));
-        };
-        let entry = &mut entries[index];
-        let popped = entry.stack[at];
-        if *entry.fiber != fiber {
-            return Err(PopError::OtherFiber(popped.context));
-        }
-        let inner: Vec<TraceContext> = entry.stack[at + 1..]
+    }
+    let found = entries.iter().enumerate().find_map(|(index, entry)| {
+        let at = entry
+            .stack
             .iter()
-            .map(|pushed| pushed.context)
-            .collect();
-        if !inner.is_empty() && !unwind {
-            return Err(PopError::Inner {
-                context: popped.context,
-                inner,
-            });
-        }
-        let drained = entry.stack.len() - at;
-        for gone in entry.stack.drain(at..) {
-            thread.remember_popped(&gone);
-        }
-        let now = entry.stack.last().map(|pushed| pushed.context);
-        thread.changed(0, drained);
-        if inner.is_empty() {
-            Ok(now)
-        } else {
-            Err(PopError::Inner {
-                context: popped.context,
-                inner,
-            })
-        }
-    })
+            .rposition(|pushed| pushed.token == token)?;
+        Some((index, at))
+    });
+    let Some((index, at)) = found else {
+        return Err(thread.gone(token));
+    };
+    let entry = &mut entries[index];
+    let popped = entry.stack[at];
+    if entry.key != key {
+        return Err(PopError::OtherFiber(popped.context));
+    }
+    let inner: Vec<TraceContext> = entry.stack[at + 1..]
+        .iter()
+        .map(|pushed| pushed.context)
+        .collect();
+    if !inner.is_empty() && !unwind {
+        return Err(PopError::Inner {
+            context: popped.context,
+            inner,
+        });
+    }
+    let drained = entry.stack.len() - at;
+    for gone in entry.stack.drain(at..) {
+        thread.remember_popped(&gone);
+    }
+    let now = entry.stack.last().map(|pushed| pushed.context);
+    thread.changed(0, drained);
+    if inner.is_empty() {
+        Ok(now)
+    } else {
+        Err(PopError::Inner {
+            context: popped.context,
+            inner,
+        })
+    }
 }
 
 /// The current fiber's context, if it has one.
 pub fn current() -> Option<TraceContext> {
-    let fiber = current_fiber();
+    fibers::decide();
     THREAD.with(|thread| {
+        let key = current_key(thread);
         thread
             .entries
             .borrow()
             .iter()
-            .find(|entry| *entry.fiber == fiber)
+            .find(|entry| entry.key == key)
             .and_then(|entry| entry.stack.last())
             .map(|pushed| pushed.context)
     })
@@ -362,11 +380,10 @@ fn in_context(
     tid: u32,
     key: usize,
 ) -> Maker {
-    let fiber = current_fiber();
     let entries = thread.entries.borrow();
     let Some(entry) = entries
         .iter()
-        .find(|entry| *entry.fiber == fiber)
+        .find(|entry| entry.key == key)
         .and_then(|entry| entry.stack.last())
     else {
         return Maker::new(tid, NO_CONTEXT);

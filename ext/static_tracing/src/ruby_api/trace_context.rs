@@ -124,8 +124,7 @@ fn with_trace_context(ruby: &Ruby, trace_id: Value, span_id: Value) -> Result<Va
     }
     let context = parse_ids(ruby, trace_id, span_id)?;
     // The block runs in this fiber, and returns to it.
-    let fiber = trace_contexts::current_fiber();
-    let token = trace_contexts::push_on(fiber, context);
+    let (token, fiber) = trace_contexts::push_keyed(context);
     fire_changed(Some(context));
     // SAFETY: yields to the block given to this method; whatever ends it
     // other than returning is caught by `protect` and returned here.
