@@ -67,6 +67,7 @@ pub fn state_publish(path: &str) {
 
 // The probe macro takes a closure's text, not a function.
 #[allow(clippy::redundant_closure)]
+#[inline]
 pub fn trace_context(ids: impl FnOnce() -> (String, String)) {
     probes::trace__context!(|| ids());
 }

@@ -38,13 +38,20 @@ fn parse_ids(ruby: &Ruby, trace_id: Value, span_id: Value) -> Result<TraceContex
         .map_err(|err| argument_error(ruby, err.to_string()))
 }
 
-/// The current fiber's context changed to `now`.
+/// The current fiber's context changed to `now`. Inlined: while no tracer
+/// is attached, this is the probe's semaphore check and nothing more.
+#[inline]
 fn fire_changed(now: Option<TraceContext>) {
-    internal_probes::trace_context(|| {
-        now.map_or_else(Default::default, |context| {
-            (context.trace_hex(), context.span_hex())
-        })
-    });
+    internal_probes::trace_context(|| shown_ids(now));
+}
+
+/// The probe's arguments, made only while a tracer is attached.
+#[cold]
+#[inline(never)]
+fn shown_ids(now: Option<TraceContext>) -> (String, String) {
+    now.map_or_else(Default::default, |context| {
+        (context.trace_hex(), context.span_hex())
+    })
 }
 
 /// `StaticTracing.set_trace_context(trace_id, span_id)`: puts the current
