@@ -41,6 +41,18 @@ pub fn decide() {
     KEYED_BY_CONTEXT.get_or_init(contexts_name_fibers);
 }
 
+/// How fibers are keyed here, for the benchmark's table: "execution
+/// context" or "fiber object", or None before the first context is set.
+pub fn key_kind() -> Option<&'static str> {
+    KEYED_BY_CONTEXT.get().map(|&by_context| {
+        if by_context {
+            "execution context"
+        } else {
+            "fiber object"
+        }
+    })
+}
+
 /// This thread's `ruby_current_ec`, where Ruby exports it.
 fn context_slot() -> Option<NonNull<usize>> {
     // SAFETY: a lookup by a NUL-terminated name; for a thread-local symbol

@@ -10,6 +10,7 @@
 use super::arguments::describe;
 use super::errors::{argument_error, trace_context_error, type_error};
 use super::root;
+use crate::fibers;
 use crate::internal_probes;
 use crate::trace_contexts::{self, PopError};
 use magnus::rb_sys::{protect, FromRawValue};
@@ -192,5 +193,6 @@ pub fn define_natives(ruby: &Ruby, native: RModule) -> Result<(), Error> {
     root.define_singleton_method("clear_trace_context", function!(clear_trace_context, 1))?;
     native.define_singleton_method("trace_context_current", function!(current, 0))?;
     native.define_singleton_method("traceparent", function!(traceparent, 1))?;
+    native.define_singleton_method("fiber_key_kind", function!(fibers::key_kind, 0))?;
     Ok(())
 }
