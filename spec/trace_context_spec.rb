@@ -239,6 +239,44 @@ RSpec.describe "Trace contexts" do
                                                           [-2, [trace_id, span_id]]])
     end
 
+    # The first context a process sets works out how fibers are told apart,
+    # by running fibers, at whose switches Ruby may run another thread:
+    # threads setting their first contexts at once must neither wait on it
+    # forever nor get another's records.
+    context "in a process whose threads set its first contexts at once", :child_process do
+      after { stop_started_processes }
+
+      it "ties each thread's and fiber's records to its own context" do
+        app = ruby_repl(<<~RUBY)
+          require "static_tracing/cli"
+          StaticTracing::Configuration.mode = :off
+          $point = StaticTracing::Tracepoint.new(:first_ctx, :call, Integer)
+        RUBY
+        records = app.evaluate(<<~'RUBY', timeout: 60)
+          StaticTracing::Recorder.start(probes: ["first_ctx:*"])
+          start = Queue.new
+          threads = Array.new(8) do |index|
+            Thread.new do
+              start.pop
+              StaticTracing.with_trace_context(format("%032x", index + 1), format("%016x", index + 1)) do
+                $point.fire(index)
+                Fiber.new { $point.fire(100 + index) }.resume
+                $point.fire(200 + index)
+              end
+            end
+          end
+          8.times { start << :go }
+          threads.each { |thread| thread.join(30) or raise "a thread setting its first context never ended" }
+          trace = StaticTracing::CLI::TraceFile.read(StaticTracing::Recorder.status.fetch("ring"))
+          trace.records.map { |record| [record.args.first, record.context] }.sort_by(&:first)
+        RUBY
+        expect(records).to eq(Array.new(8) do |index|
+          ids = [format("%032x", index + 1), format("%016x", index + 1)]
+          [[index, ids], [100 + index, nil], [200 + index, ids]]
+        end.flatten(1).sort_by(&:first))
+      end
+    end
+
     it "gives a context set before the recording started to the thread's first records" do
       StaticTracing.with_trace_context(trace_id, span_id) do
         StaticTracing::Recorder.start(probes: ["ctx_app:*"])

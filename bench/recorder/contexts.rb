@@ -103,17 +103,13 @@ module Bench
                    "call (its context record included), over set+clear while nothing records; the two phases " \
                    "(nothing recording, then one flight recording of #{PATTERNS.first}) are timed apart, as a " \
                    "recording cannot run for some rounds only")
-        table.note("a record in a context tells its fiber by #{fiber_key}")
+        table.note("a record in a context tells its fiber by its #{fiber_key}")
       end
 
       # What the extension reads to tell fibers apart (see
       # ext/static_tracing/src/fibers.rs): the in-context row depends on it.
       def fiber_key
-        case StaticTracing::Native.fiber_key_kind
-        when "execution context" then "its execution context's address (one load: ruby_current_ec is exported)"
-        when "fiber object" then "the fiber object (rb_fiber_current: ruby_current_ec is not exported here)"
-        else "nothing yet: no context was set"
-        end
+        StaticTracing::Native.fiber_key_kind || "nothing yet: no context was set"
       end
     end
   end
