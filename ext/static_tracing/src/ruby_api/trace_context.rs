@@ -132,12 +132,12 @@ fn with_trace_context(ruby: &Ruby, trace_id: Value, span_id: Value) -> Result<Va
     }
     let context = parse_ids(ruby, trace_id, span_id)?;
     // The block runs in this fiber, and returns to it.
-    let (token, fiber) = trace_contexts::push_keyed(context);
+    let (token, fiber_key) = trace_contexts::push_keyed(context);
     fire_changed(Some(context));
     // SAFETY: yields to the block given to this method; whatever ends it
     // other than returning is caught by `protect` and returned here.
     let yielded = protect(|| unsafe { rb_sys::rb_yield(rb_sys::Qundef as VALUE) });
-    let left = match trace_contexts::pop_on(fiber, token, true) {
+    let left = match trace_contexts::pop_on(fiber_key, token, true) {
         Ok(now) => {
             fire_changed(now);
             Vec::new()
