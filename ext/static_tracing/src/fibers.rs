@@ -15,11 +15,12 @@
 //! pinned) no other fiber has its key.
 //!
 //! Ruby 3.1 exports the variable by name. Later ones do not, but it is
-//! still one of the two or three words of libruby's thread-local block:
-//! the one word there that differs in each of two new fibers and outside
-//! them, and is back once they ended, is taken for it. Either way, that it
-//! names fibers apart is checked once, by running two fibers (`decide`);
-//! where it does not, the key is the fiber object itself.
+//! still one of the two or three words of libruby's thread-local block,
+//! and it differs in each of two new fibers and outside them, and is back
+//! once they ended, by what it is: where exactly one word there does so,
+//! that word is it (were another word to pass too, neither is taken).
+//! Either way, the check runs once, with two fibers (`decide`); where no
+//! word passes it, the key is the fiber object itself.
 
 use magnus::rb_sys::protect;
 use rb_sys::VALUE;
