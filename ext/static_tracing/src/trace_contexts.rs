@@ -114,13 +114,6 @@ fn next_tag() -> u32 {
     CONTEXT_TAGS.start() + NEXT_TAG.fetch_add(1, Ordering::Relaxed) % span
 }
 
-/// The key of the fiber running on this thread (see `fibers`), read
-/// once `fibers` decided what it is (the first time, by running a fiber:
-/// with no thread-local borrowed).
-fn current_key(thread: &ThreadContexts) -> usize {
-    thread.fiber_key.current()
-}
-
 impl ThreadContexts {
     /// The thread's id, from the kernel once per thread and fork.
     #[inline]
@@ -210,7 +203,7 @@ pub fn push(context: TraceContext) -> u64 {
 pub fn push_keyed(context: TraceContext) -> (u64, usize) {
     fibers::decide();
     THREAD.with(|thread| {
-        let key = current_key(thread);
+        let key = thread.fiber_key.current();
         let token = thread.token();
         let pushed = Pushed {
             token,
@@ -252,7 +245,7 @@ pub fn push_keyed(context: TraceContext) -> (u64, usize) {
 /// changes.
 pub fn pop(token: u64, unwind: bool) -> Result<Option<TraceContext>, PopError> {
     fibers::decide();
-    THREAD.with(|thread| pop_in(thread, current_key(thread), token, unwind))
+    THREAD.with(|thread| pop_in(thread, thread.fiber_key.current(), token, unwind))
 }
 
 /// [`pop`], given the key of the fiber that pushed it, as [`push_keyed`]
@@ -330,7 +323,7 @@ fn pop_in(
 pub fn current() -> Option<TraceContext> {
     fibers::decide();
     THREAD.with(|thread| {
-        let key = current_key(thread);
+        let key = thread.fiber_key.current();
         thread
             .entries
             .borrow()
