@@ -227,16 +227,13 @@ fn find_slot() -> Option<Slot> {
         take_snapshot();
         rb_sys::Qnil as VALUE
     }
-    let exported = Slot::Exported.of_this_thread().is_some();
-    let checked = *CHECKED.get_or_init(|| match ruby_tls() {
-        _ if exported => (Slot::Exported, 1),
-        Some((handle, words)) => (Slot::InBlock { handle, word: 0 }, words),
-        None => (Slot::Exported, 0),
-    });
-    let (slot, words) = checked;
-    if words == 0 {
-        return None;
-    }
+    let candidates = if Slot::Exported.of_this_thread().is_some() {
+        (Slot::Exported, 1)
+    } else {
+        let (handle, words) = ruby_tls()?;
+        (Slot::InBlock { handle, word: 0 }, words)
+    };
+    let &(slot, words) = CHECKED.get_or_init(|| candidates);
     FILLING.store(0, Ordering::Relaxed);
     take_snapshot();
     // SAFETY: two fibers of a C function that reads thread-locals and
